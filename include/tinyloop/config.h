@@ -1,0 +1,77 @@
+// The model config of a .tinyloop file (docs/model-format.md, "Config").
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tinyloop {
+
+enum class NormType { RMSNorm, LayerNorm };
+enum class NormPlacement { Pre, HuginnSandwich, OuroSandwich };
+enum class PosEncoding { RopeHalf, RopeInterleaved, Learned, None };
+enum class MlpType { SwiGLU, GELU, GELUTanh };
+enum class InitState { Input, Zeros, Random };
+enum class Inject { None, Add, LinearConcat };
+enum class PostLoopNorm { None, Final, Own };
+
+struct ModelConfig {
+  int64_t dim = 0;
+  int64_t vocab_size = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t ffn_dim = 0;
+  int64_t n_pre_blocks = 0;
+  int64_t n_loop_layers = 0;
+  int64_t n_post_blocks = 0;
+  int64_t default_loops = 1;
+  int64_t max_seq_len = 2048;
+  NormType norm_type = NormType::RMSNorm;
+  double norm_eps = 1e-5;
+  bool norm_bias = false;
+  NormPlacement norm_placement = NormPlacement::Pre;
+  bool qkv_fused = false;
+  bool attn_qkv_bias = false;
+  bool attn_out_bias = false;
+  bool mlp_bias = false;
+  PosEncoding pos_encoding = PosEncoding::RopeHalf;
+  double rope_theta = 10000.0;
+  MlpType mlp = MlpType::SwiGLU;
+  double embed_scale = 1.0;
+  InitState init_state = InitState::Input;
+  double init_state_std = 0.0;
+  uint64_t init_state_seed = 0;
+  Inject inject = Inject::None;
+  bool loop_norm = false;
+  PostLoopNorm post_loop_norm = PostLoopNorm::None;
+  bool final_norm = true;
+  bool tie_embeddings = false;
+  bool exit_gate = false;
+  std::optional<int64_t> bos_id;
+  std::vector<int64_t> eos_ids;
+
+  bool sandwich() const { return norm_placement != NormPlacement::Pre; }
+  bool uses_rope() const {
+    return pos_encoding == PosEncoding::RopeHalf || pos_encoding == PosEncoding::RopeInterleaved;
+  }
+  // Layer applications of one forward at `loops` iterations (= KV slots).
+  int64_t effective_depth(int64_t loops) const {
+    return n_pre_blocks + loops * n_loop_layers + n_post_blocks;
+  }
+};
+
+// Parse the config JSON text, fill defaults, check consistency (docs/model-format.md).
+// Throws tinyloop::FormatError naming the field on any problem (unknown field included).
+ModelConfig parse_config(const std::string& json_text);
+// The config as JSON text (every field written, so it round-trips).
+std::string config_to_json(const ModelConfig& c);
+
+}  // namespace tinyloop
+
+namespace tinyloop {
+class ModelFile;
+// Every tensor name the config needs, with its shape (docs/model-format.md, "Tensor names").
+std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelConfig& c);
+}  // namespace tinyloop

@@ -1,0 +1,55 @@
+// A memory-mapped .tinyloop file (safetensors container, docs/model-format.md).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tinyloop/config.h"
+
+namespace tinyloop {
+
+// Raw safetensors dtype of a stored tensor (only F32/F16/BF16 are computable in v1).
+enum class StoredDType { F32, F16, BF16, I8, U8, I32, I64, F64, Unknown };
+
+struct TensorInfo {
+  std::string name;
+  StoredDType dtype = StoredDType::Unknown;
+  std::string dtype_name;          // as written in the header, e.g. "F16"
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;   // into the mapping
+  uint64_t nbytes = 0;
+};
+
+class ModelFile {
+ public:
+  // Maps and validates the container (not the config<->tensor consistency, which the model
+  // layer checks). Throws FileNotFound for a missing/unreadable path, FormatError otherwise.
+  static std::shared_ptr<const ModelFile> open(const std::string& path);
+  ~ModelFile();
+  ModelFile(const ModelFile&) = delete;
+  ModelFile& operator=(const ModelFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint64_t file_size() const { return size_; }
+  const ModelConfig& config() const { return config_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
+  // nullptr when absent.
+  const TensorInfo* find(const std::string& name) const;
+  // The tokenizer.json text ("" when the file has none).
+  std::string tokenizer_json() const;
+  std::string chat_template() const;
+
+ private:
+  ModelFile() = default;
+  std::string path_;
+  void* map_ = nullptr;
+  uint64_t size_ = 0;
+  ModelConfig config_;
+  std::map<std::string, std::string> metadata_;
+  std::map<std::string, TensorInfo> tensors_;
+};
+
+}  // namespace tinyloop

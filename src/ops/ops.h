@@ -1,0 +1,77 @@
+// The compute ops of the model layer: scalar reference implementations.
+// Every op is a plain function over row-major float32 buffers; shapes are in the comments.
+// A SIMD / threaded version of any op must give the same result as these within float
+// rounding (issue: CPU speed); these stay as the reference its tests compare against.
+#pragma once
+#include <cstdint>
+#include "ops/dtype.h"
+
+namespace tinyloop::ops {
+
+// A weight matrix as stored in the model file: [rows = out, cols = in], row-major.
+struct WeightView {
+  DType dtype = DType::F32;
+  const void* data = nullptr;
+  int64_t rows = 0;  // output features N
+  int64_t cols = 0;  // input features K
+};
+
+// y[T, N] = x[T, K] @ W[N, K]^T (+ bias[N] when bias != nullptr). Accumulates in float.
+// x and y must not alias.
+void matmul(const float* x, int64_t T, const WeightView& w, const float* bias, float* y);
+
+// Copy row `row` of W (any dtype) into out[cols] as float (embedding lookup, tied head).
+void weight_row_to_f32(const WeightView& w, int64_t row, float* out);
+
+// y[T, D] = x / sqrt(mean(x^2) + eps) * w[D]. y may alias x.
+void rmsnorm(const float* x, int64_t T, int64_t D, const float* w, float eps, float* y);
+
+// y[T, D] = (x - mean) / sqrt(var + eps) * w[D] (+ b[D] when b != nullptr). y may alias x.
+void layernorm(const float* x, int64_t T, int64_t D, const float* w, const float* b, float eps,
+               float* y);
+
+enum class RopeLayout { Half, Interleaved };
+// In place on x[T, n_heads, head_dim]: rotate pairs by angle pos[t] * theta^(-2i/head_dim).
+// Half: pairs (i, i + head_dim/2) as HF rotate_half; Interleaved: pairs (2i, 2i+1).
+// Angles are computed in double and rounded to float once.
+void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t* pos,
+          float theta, RopeLayout layout);
+
+// out[n] = silu(gate[n]) * up[n]. out may alias gate or up.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+// In place x[n] = gelu(x): exact erf form, or the tanh approximation.
+void gelu(float* x, int64_t n, bool tanh_approx);
+
+// y[n] = a[n] + b[n]. y may alias a or b.
+void add(const float* a, const float* b, int64_t n, float* y);
+
+// Storage of K/V rows: float32 or IEEE half.
+enum class KvDType { F32, F16 };
+
+// One KV slot's keys and values: `capacity` rows of [n_kv_heads, head_dim]. The key of
+// absolute position p lives in row p % capacity (a ring when capacity < sequence length).
+struct KvView {
+  KvDType dtype = KvDType::F16;
+  const void* k = nullptr;  // [capacity, n_kv_heads, head_dim]
+  const void* v = nullptr;  // [capacity, n_kv_heads, head_dim]
+  int64_t capacity = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// Write k_rows/v_rows [T, n_kv_heads, head_dim] (float) for absolute positions pos[T] into
+// a slot (converting to its storage dtype). `k`/`v` are the slot's mutable buffers.
+void kv_write(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
+              int64_t head_dim, const float* k_rows, const float* v_rows, const int64_t* pos,
+              int64_t T);
+
+// Causal attention of T query rows against one KV slot.
+//   q   [T, n_heads, head_dim]   (RoPE already applied)
+//   out [T, n_heads, head_dim]
+// Query t attends to key positions k_lo[t] .. q_pos[t] inclusive (all already written to the
+// slot); query head h uses kv head h / (n_heads / n_kv_heads); scale 1/sqrt(head_dim);
+// softmax with the max subtracted, accumulated in float.
+void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
+               const int64_t* q_pos, const int64_t* k_lo, float* out);
+
+}  // namespace tinyloop::ops
