@@ -17,7 +17,9 @@ struct SamplingParams {
 };
 
 // Throws std::invalid_argument naming the argument ("temperature", "top_k", "top_p",
-// "repetition_penalty") when a value is out of range. top_k is checked only when sampling.
+// "repetition_penalty") when a value is out of range; the message starts with the name.
+// temperature >= 0 and repetition_penalty > 0 always (as HF, +inf passes); top_k >= 1 and
+// top_p in (0, 1] only when sampling (they are ignored when greedy). NaN is out of range.
 void validate(const SamplingParams& p);
 
 // Deterministic 64-bit generator (std::mt19937_64 semantics), seeded or from entropy.
@@ -32,41 +34,60 @@ class Rng {
 };
 
 // HF RepetitionPenaltyLogitsProcessor: for every distinct id in `seen`, a positive logit is
-// divided by `penalty`, a negative one multiplied. logits[V] in place.
+// divided by `penalty`, a negative one multiplied. logits[V] in place. An id seen several
+// times is penalised once; ids outside [0, V) are ignored (the caller validates them);
+// penalty 1 is a no-op. Throws std::invalid_argument("repetition_penalty ...") unless > 0.
 void apply_repetition_penalty(float* logits, int64_t V, const std::vector<int32_t>& seen,
                               float penalty);
 
-// Index of the largest logit; ties go to the lowest id. -inf everywhere returns 0.
+// Index of the largest logit; ties go to the lowest id; NaN never wins (read as -inf).
+// -inf (or NaN) everywhere returns 0. Throws std::invalid_argument for V < 1.
 int32_t argmax(const float* logits, int64_t V);
 
 // The distribution sampling draws from, after temperature, top-k (keeps every token tied
 // with the k-th largest, as HF does) and top-p (keeps the smallest prefix of the sorted
 // distribution whose mass reaches top_p, at least one token). probs[V] sums to 1; removed
-// tokens are exactly 0. Requires !p.greedy(). logits are not modified.
+// tokens are exactly 0. Requires !p.greedy() (throws std::invalid_argument otherwise, and
+// for any value validate() rejects). logits are not modified.
+// Details: temperature divides in double; top-k keeps every logit >= the k-th largest
+// (k >= V keeps all); top-p ranks tokens by probability, ties ranked by id (the lower id
+// counts as the more probable, as in argmax), and removes the least probable ones while
+// the cumulative mass from the bottom stays <= 1 - top_p; the most probable always stays.
+// -inf (masked) and NaN logits get probability 0. Degenerate rows: when every logit is
+// -inf/NaN all mass goes to argmax() (id 0); when some are +inf they share it equally.
 void sampling_distribution(const float* logits, int64_t V, const SamplingParams& p,
                            std::vector<float>& probs);
 
-// Draw an id from probs[V] (inverse CDF on one uniform in double).
+// Draw an id from probs[V] (inverse CDF on one uniform in double): the first id whose
+// cumulative mass exceeds u * total; a token with probability 0 is never drawn. Throws
+// std::invalid_argument when no entry is positive.
 int32_t sample_from(const std::vector<float>& probs, Rng& rng);
 
 // Whole step on logits[V] (modified in place by the penalty): penalty over `seen`, then
 // greedy argmax or sample from sampling_distribution. The grammar mask, when there is one,
 // is applied by the caller between the penalty and this call (use apply_penalty = false).
+// Validates p first. Greedy consumes no draw from rng; sampling consumes exactly one.
 int32_t sample_next(float* logits, int64_t V, const SamplingParams& p,
-                    const std::vector<int32_t>& seen, Rng& rng);
+                    const std::vector<int32_t>& seen, Rng& rng, bool apply_penalty = true);
 
 // Stop sequences: non-empty, ids in [0, V). Matches the tail of the emitted tokens only
-// (never reaching into the prompt); the first sequence in the list that matches wins.
+// (never reaching into the prompt). Checked after every emitted token, so a shorter sequence
+// that completes first stops generation first; when several match at once (one is a suffix
+// of another) the shortest wins, and among equal ones the first listed.
 class StopMatcher {
  public:
   // Throws std::invalid_argument("stop_sequences: ...") for an empty sequence or an id
   // outside [0, vocab_size).
   StopMatcher(std::vector<std::vector<int32_t>> sequences, int64_t vocab_size);
   // True when the emitted tokens (output only, not the prompt) end with a stop sequence.
-  bool matches(const std::vector<int32_t>& emitted) const;
+  bool matches(const std::vector<int32_t>& emitted) const { return match_index(emitted) >= 0; }
+  // Index in the list of the winning sequence, or -1 when none matches.
+  int match_index(const std::vector<int32_t>& emitted) const;
+  size_t max_length() const { return max_len_; }  // the match window
   bool empty() const { return seqs_.empty(); }
  private:
   std::vector<std::vector<int32_t>> seqs_;
+  size_t max_len_ = 0;
 };
 
 }  // namespace tinyloop::runtime

@@ -1,0 +1,417 @@
+// tinyloop_py: the Python frontend (spec/python-api.txt, spec/generation.txt).
+// Thin: converts arguments, releases the GIL around compute, maps C++ errors to Python ones.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "runtime/generate.h"
+#include "runtime/sampler.h"
+#include "tinyloop/errors.h"
+
+namespace py = pybind11;
+using namespace tinyloop;
+using runtime::Engine;
+
+namespace {
+
+// ---- argument conversion -------------------------------------------------------------
+
+// A 1-D integer array (or list) of token ids -> int32 vector; ids are range-checked later
+// by the engine against the vocabulary, here only against int32.
+std::vector<int32_t> to_ids(const py::handle& obj, const char* what) {
+  py::module_ np = py::module_::import("numpy");
+  py::array arr = np.attr("asarray")(obj);
+  if (arr.ndim() != 1)
+    throw py::value_error(std::string(what) + " must be a 1-D array of token ids, got " +
+                          std::to_string(arr.ndim()) + " dimensions");
+  if (arr.size() == 0) throw py::value_error(std::string(what) + " must not be empty");
+  const char kind = arr.dtype().kind();
+  if (kind != 'i' && kind != 'u')
+    throw py::value_error(std::string(what) + " must hold integer token ids, got dtype " +
+                          py::str(arr.dtype()).cast<std::string>());
+  auto ids64 = arr.attr("astype")(np.attr("int64")).cast<py::array_t<int64_t>>();
+  std::vector<int32_t> out(ids64.size());
+  auto r = ids64.unchecked<1>();
+  for (py::ssize_t i = 0; i < r.shape(0); ++i) {
+    if (r(i) < 0 || r(i) > INT32_MAX)
+      throw py::value_error(std::string(what) + ": token id " + std::to_string(r(i)) +
+                            " at index " + std::to_string(i) + " is outside [0, vocab_size)");
+    out[i] = static_cast<int32_t>(r(i));
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> to_stop_sequences(const py::object& obj) {
+  std::vector<std::vector<int32_t>> out;
+  if (obj.is_none()) return out;
+  if (py::isinstance<py::str>(obj) || py::isinstance<py::bytes>(obj))
+    throw py::value_error("stop_sequences must be a list of token-id lists, got a string");
+  py::sequence seq;
+  try {
+    seq = obj.cast<py::sequence>();
+  } catch (const py::cast_error&) {
+    throw py::value_error("stop_sequences must be a list of token-id lists");
+  }
+  for (size_t i = 0; i < seq.size(); ++i) {
+    py::object s = seq[i];
+    if (py::isinstance<py::int_>(s))
+      throw py::value_error("stop_sequences[" + std::to_string(i) +
+                            "] must be a list of token ids, got an int");
+    py::module_ np = py::module_::import("numpy");
+    py::array arr = np.attr("asarray")(s);
+    if (arr.ndim() != 1 || (arr.size() > 0 && arr.dtype().kind() != 'i' && arr.dtype().kind() != 'u'))
+      throw py::value_error("stop_sequences[" + std::to_string(i) + "] must be a list of token ids");
+    if (arr.size() == 0)
+      throw py::value_error("stop_sequences[" + std::to_string(i) + "] is empty");
+    std::vector<int32_t> ids;
+    for (auto v : arr.attr("tolist")().cast<py::list>()) {
+      const int64_t id = v.cast<int64_t>();
+      if (id < 0 || id > INT32_MAX)
+        throw py::value_error("stop_sequences[" + std::to_string(i) + "]: token id " +
+                              std::to_string(id) + " is outside [0, vocab_size)");
+      ids.push_back(static_cast<int32_t>(id));
+    }
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+// A heap vector handed to numpy without a copy.
+py::array_t<float> to_numpy(std::vector<float>&& v, std::vector<py::ssize_t> shape) {
+  auto* heap = new std::vector<float>(std::move(v));
+  py::capsule owner(heap, [](void* p) { delete static_cast<std::vector<float>*>(p); });
+  return py::array_t<float>(shape, heap->data(), owner);
+}
+
+// Keyword arguments of generate() that belong to features not built yet: accepted with
+// their documented defaults so signatures match the spec, refused clearly otherwise.
+void refuse_unimplemented(int64_t early_exit_patience, int64_t beam_size, const py::object& grammar) {
+  if (early_exit_patience != 0)
+    throw py::value_error("early_exit_patience > 0: early exit is not implemented yet");
+  if (beam_size > 1) throw py::value_error("beam_size >= 2: beam search is not implemented yet");
+  if (!grammar.is_none()) throw py::value_error("grammar: constrained decoding is not implemented yet");
+}
+
+// ---- the Model object ---------------------------------------------------------------
+
+class PyModel {
+ public:
+  PyModel(const std::string& path, std::optional<int64_t> max_seq_len,
+          std::optional<std::string> kv_mode) {
+    runtime::EngineOptions o;
+    o.max_seq_len = max_seq_len;
+    o.kv_mode = kv_mode;
+    py::gil_scoped_release nogil;
+    engine_ = std::make_shared<Engine>(path, o);
+  }
+
+  // The engine, or RuntimeError once closed. Calls in flight keep their own reference, so
+  // close() during a call frees the model when that call returns.
+  std::shared_ptr<const Engine> engine() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!engine_) throw std::runtime_error("model was closed");
+    return engine_;
+  }
+  void close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    engine_.reset();
+  }
+  bool closed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !engine_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const Engine> engine_;
+};
+
+const char* name_of(NormType v) { return v == NormType::RMSNorm ? "rmsnorm" : "layernorm"; }
+const char* name_of(NormPlacement v) {
+  return v == NormPlacement::Pre ? "pre" : v == NormPlacement::HuginnSandwich ? "huginn_sandwich" : "ouro_sandwich";
+}
+const char* name_of(PosEncoding v) {
+  switch (v) {
+    case PosEncoding::RopeHalf: return "rope_half";
+    case PosEncoding::RopeInterleaved: return "rope_interleaved";
+    case PosEncoding::Learned: return "learned";
+    default: return "none";
+  }
+}
+const char* name_of(MlpType v) { return v == MlpType::SwiGLU ? "swiglu" : v == MlpType::GELU ? "gelu" : "gelu_tanh"; }
+const char* name_of(InitState v) { return v == InitState::Input ? "input" : v == InitState::Zeros ? "zeros" : "random"; }
+const char* name_of(Inject v) { return v == Inject::None ? "none" : v == Inject::Add ? "add" : "linear_concat"; }
+const char* name_of(PostLoopNorm v) { return v == PostLoopNorm::None ? "none" : v == PostLoopNorm::Final ? "final" : "own"; }
+
+py::dict config_dict(const Engine& e) {
+  const ModelConfig& c = e.config();
+  py::dict d;
+  d["dim"] = c.dim;
+  d["vocab_size"] = c.vocab_size;
+  d["n_heads"] = c.n_heads;
+  d["n_kv_heads"] = c.n_kv_heads;
+  d["head_dim"] = c.head_dim;
+  d["ffn_dim"] = c.ffn_dim;
+  d["n_pre_blocks"] = c.n_pre_blocks;
+  d["n_loop_layers"] = c.n_loop_layers;
+  d["n_post_blocks"] = c.n_post_blocks;
+  d["default_loops"] = c.default_loops;
+  d["max_seq_len"] = e.max_seq_len();
+  d["trained_max_seq_len"] = c.max_seq_len;
+  d["norm_type"] = name_of(c.norm_type);
+  d["norm_eps"] = c.norm_eps;
+  d["norm_bias"] = c.norm_bias;
+  d["norm_placement"] = name_of(c.norm_placement);
+  d["qkv_fused"] = c.qkv_fused;
+  d["attn_qkv_bias"] = c.attn_qkv_bias;
+  d["attn_out_bias"] = c.attn_out_bias;
+  d["mlp_bias"] = c.mlp_bias;
+  d["pos_encoding"] = name_of(c.pos_encoding);
+  d["rope_theta"] = c.rope_theta;
+  d["mlp"] = name_of(c.mlp);
+  d["embed_scale"] = c.embed_scale;
+  d["init_state"] = name_of(c.init_state);
+  d["init_state_std"] = c.init_state_std;
+  d["init_state_seed"] = c.init_state_seed;
+  d["inject"] = name_of(c.inject);
+  d["loop_norm"] = c.loop_norm;
+  d["post_loop_norm"] = name_of(c.post_loop_norm);
+  d["final_norm"] = c.final_norm;
+  d["tie_embeddings"] = c.tie_embeddings;
+  d["exit_gate"] = c.exit_gate;
+  d["bos_id"] = c.bos_id ? py::object(py::int_(*c.bos_id)) : py::object(py::none());
+  d["eos_ids"] = c.eos_ids;
+  d["kv_mode"] = e.kv_mode();
+  d["kv_cache_disabled"] = e.kv_cache_disabled();
+  return d;
+}
+
+runtime::GenerateRequest make_request(const Engine& e, const py::object& prompt, int64_t max_tokens,
+                                      std::optional<int64_t> loops, double temperature, int64_t top_k,
+                                      double top_p, int64_t cache_window, double repetition_penalty,
+                                      const py::object& stop_sequences, std::optional<uint64_t> seed,
+                                      bool stop_at_eos) {
+  runtime::GenerateRequest r;
+  r.prompt = to_ids(prompt, "prompt");
+  r.max_tokens = max_tokens;
+  r.loops = loops;
+  if (top_k > INT32_MAX) top_k = INT32_MAX;
+  if (top_k < INT32_MIN) top_k = INT32_MIN;
+  r.sampling.temperature = static_cast<float>(temperature);
+  r.sampling.top_k = static_cast<int>(top_k);
+  r.sampling.top_p = static_cast<float>(top_p);
+  r.sampling.repetition_penalty = static_cast<float>(repetition_penalty);
+  r.cache_window = cache_window;
+  r.stop_sequences = to_stop_sequences(stop_sequences);
+  r.seed = seed;
+  r.stop_at_eos = stop_at_eos;
+  return r;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(tinyloop_py, m) {
+  m.doc() = "TinyLoop: inference runtime for looped (weight-shared, recurrent-depth) transformers";
+
+  static py::exception<FormatError> format_error(m, "ModelFormatError", PyExc_ValueError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const FormatError& e) {
+      py::set_error(format_error, e.what());
+    } catch (const FileNotFound& e) {
+      py::set_error(PyExc_FileNotFoundError, e.what());
+    }
+  });
+
+  py::class_<PyModel, std::shared_ptr<PyModel>>(m, "Model", R"doc(
+A loaded looped-transformer model (.tinyloop file, memory-mapped).
+
+Model(path, max_seq_len=None, kv_mode=None)
+  max_seq_len: longest prompt + generated tokens a call may use (default: the config's).
+  kv_mode: KV storage of generation, "fp16" (default) or "fp32"; TINYLOOP_KV_FP32=1 sets fp32.
+Use as a context manager or call close(); any call after close() raises RuntimeError.
+One Model may be used from several Python threads at once (the GIL is released during compute).
+)doc")
+      .def(py::init<const std::string&, std::optional<int64_t>, std::optional<std::string>>(),
+           py::arg("path"), py::arg("max_seq_len") = py::none(), py::arg("kv_mode") = py::none())
+      .def("close", &PyModel::close, "Release the model. Later calls raise RuntimeError.")
+      .def_property_readonly("closed", &PyModel::closed)
+      .def("__enter__", [](std::shared_ptr<PyModel> self) { self->engine(); return self; })
+      .def("__exit__", [](PyModel& self, py::object, py::object, py::object) { self.close(); return false; })
+      .def_property_readonly("max_seq_len", [](const PyModel& self) { return self.engine()->max_seq_len(); })
+      .def("config", [](const PyModel& self) { return config_dict(*self.engine()); },
+           "The model config as a dict (dim, vocab_size, n_heads, ..., default_loops, max_seq_len).")
+      .def("vram_usage_mb", [](const PyModel& self) { return self.engine()->memory_mb(); },
+           "Bytes the model holds on its backend (host memory on CPU), in MiB: weights + live caches + workspace.")
+      .def("tokenizer_json", [](const PyModel& self) { return self.engine()->model().file().tokenizer_json(); },
+           "The embedded Hugging Face tokenizer.json text ('' when the file has none).")
+      .def("score",
+           [](const PyModel& self, const py::object& prompt, std::optional<int64_t> loops) {
+             auto e = self.engine();
+             auto ids = to_ids(prompt, "prompt");
+             std::vector<float> logits;
+             {
+               py::gil_scoped_release nogil;
+               logits = e->score(ids, loops);
+             }
+             const auto T = static_cast<py::ssize_t>(ids.size());
+             return to_numpy(std::move(logits), {T, static_cast<py::ssize_t>(e->config().vocab_size)});
+           },
+           py::arg("prompt"), py::arg("loops") = py::none(),
+           "Logits of every position: float32 [seq_len, vocab_size].")
+      .def("score_last",
+           [](const PyModel& self, const py::object& prompt, std::optional<int64_t> loops) {
+             auto e = self.engine();
+             auto ids = to_ids(prompt, "prompt");
+             std::vector<float> logits;
+             {
+               py::gil_scoped_release nogil;
+               logits = e->score_last(ids, loops);
+             }
+             return to_numpy(std::move(logits), {static_cast<py::ssize_t>(e->config().vocab_size)});
+           },
+           py::arg("prompt"), py::arg("loops") = py::none(),
+           "Logits of the last position: float32 [vocab_size].")
+      .def("generate",
+           [](const PyModel& self, const py::object& prompt, int64_t max_tokens, std::optional<int64_t> loops,
+              double temperature, int64_t top_k, double top_p, int64_t cache_window, double repetition_penalty,
+              const py::object& stop_sequences, int64_t early_exit_patience, int64_t early_exit_min_L,
+              double early_exit_tau, int64_t early_exit_peek_every, double early_exit_logit_margin,
+              int64_t beam_size, double length_penalty, bool early_stopping, const py::object& grammar,
+              std::optional<uint64_t> seed, bool stop_at_eos) {
+             auto e = self.engine();
+             refuse_unimplemented(early_exit_patience, beam_size, grammar);
+             auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
+                                     repetition_penalty, stop_sequences, seed, stop_at_eos);
+             runtime::GenerateResult res;
+             {
+               py::gil_scoped_release nogil;
+               res = runtime::generate(*e, req);
+             }
+             return res.tokens;
+           },
+           py::arg("prompt"), py::arg("max_tokens") = 64, py::arg("loops") = py::none(),
+           py::arg("temperature") = 0.0, py::arg("top_k") = 50, py::arg("top_p") = 1.0,
+           py::arg("cache_window") = 0, py::arg("repetition_penalty") = 1.0,
+           py::arg("stop_sequences") = py::list(), py::arg("early_exit_patience") = 0,
+           py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3,
+           py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
+           py::arg("beam_size") = 0, py::arg("length_penalty") = 1.0, py::arg("early_stopping") = true,
+           py::arg("grammar") = py::none(), py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
+           "Prefill the prompt, then decode up to max_tokens. Returns prompt + new tokens (List[int]).")
+      .def("generate_stream",
+           [](const PyModel& self, const py::object& prompt, const py::object& on_token, int64_t max_tokens,
+              std::optional<int64_t> loops, double temperature, int64_t top_k, double top_p,
+              int64_t cache_window, double repetition_penalty, const py::object& stop_sequences,
+              int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
+              int64_t early_exit_peek_every, double early_exit_logit_margin, std::optional<uint64_t> seed,
+              bool stop_at_eos) {
+             auto e = self.engine();
+             if (!PyCallable_Check(on_token.ptr())) throw py::value_error("on_token must be callable");
+             refuse_unimplemented(early_exit_patience, 0, py::none());
+             auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
+                                     repetition_penalty, stop_sequences, seed, stop_at_eos);
+             // A Python exception in the callback stops generation and is re-raised here.
+             std::exception_ptr callback_error;
+             auto cb = [&](int32_t tok) -> bool {
+               py::gil_scoped_acquire gil;
+               try {
+                 py::object r = on_token(tok);
+                 return r.is_none() || r.cast<bool>();
+               } catch (...) {
+                 callback_error = std::current_exception();
+                 return false;
+               }
+             };
+             runtime::GenerateResult res;
+             {
+               py::gil_scoped_release nogil;
+               res = runtime::generate(*e, req, cb);
+             }
+             if (callback_error) std::rethrow_exception(callback_error);
+             py::dict d;
+             d["tokens"] = res.tokens;
+             d["prefill_ms"] = res.prefill_ms;
+             d["first_token_ms"] = res.first_token_ms;
+             d["decode_steady_ms"] = res.decode_steady_ms;
+             d["tokens_emitted"] = res.tokens_emitted;
+             return d;
+           },
+           py::arg("prompt"), py::arg("on_token"), py::arg("max_tokens") = 64, py::arg("loops") = py::none(),
+           py::arg("temperature") = 0.0, py::arg("top_k") = 50, py::arg("top_p") = 1.0,
+           py::arg("cache_window") = 0, py::arg("repetition_penalty") = 1.0,
+           py::arg("stop_sequences") = py::list(), py::arg("early_exit_patience") = 0,
+           py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3,
+           py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
+           py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
+           "generate() with on_token(tok) -> bool called per token (False stops after it) and a timing dict.")
+      .def("_stepwise_logits",
+           [](const PyModel& self, const py::object& ids, int64_t prefill_len, std::optional<int64_t> loops,
+              int64_t cache_window) {
+             auto e = self.engine();
+             auto v = to_ids(ids, "ids");
+             std::vector<float> logits;
+             {
+               py::gil_scoped_release nogil;
+               logits = e->stepwise_logits(v, prefill_len, loops, cache_window);
+             }
+             const auto rows = static_cast<py::ssize_t>(v.size()) - prefill_len + 1;
+             return to_numpy(std::move(logits), {rows, static_cast<py::ssize_t>(e->config().vocab_size)});
+           },
+           py::arg("ids"), py::arg("prefill_len"), py::arg("loops") = py::none(), py::arg("cache_window") = 0,
+           "Testing hook: logits of a prefill of ids[:prefill_len] then one decode step per remaining id.");
+
+  m.def("load",
+        [](const std::string& path, std::optional<int64_t> max_seq_len, std::optional<std::string> kv_mode) {
+          return std::make_shared<PyModel>(path, max_seq_len, kv_mode);
+        },
+        py::arg("path"), py::arg("max_seq_len") = py::none(), py::arg("kv_mode") = py::none(),
+        "Alias of Model(path, ...).");
+
+  // Sampler entry points, for testing the C++ sampler against the numpy reference.
+  m.def("_sampling_distribution",
+        [](py::array_t<float, py::array::c_style | py::array::forcecast> logits, double temperature,
+           int64_t top_k, double top_p) {
+          runtime::SamplingParams p;
+          p.temperature = static_cast<float>(temperature);
+          p.top_k = static_cast<int>(top_k);
+          p.top_p = static_cast<float>(top_p);
+          runtime::validate(p);
+          if (p.greedy()) throw py::value_error("temperature must be > 0.01 for a sampling distribution");
+          std::vector<float> probs;
+          runtime::sampling_distribution(logits.data(), logits.size(), p, probs);
+          return to_numpy(std::move(probs), {static_cast<py::ssize_t>(logits.size())});
+        },
+        py::arg("logits"), py::arg("temperature"), py::arg("top_k") = 50, py::arg("top_p") = 1.0);
+  m.def("_sample_next",
+        [](py::array_t<float, py::array::c_style | py::array::forcecast> logits, double temperature,
+           int64_t top_k, double top_p, double repetition_penalty, std::vector<int32_t> seen, uint64_t seed,
+           int64_t n_draws) {
+          runtime::SamplingParams p;
+          p.temperature = static_cast<float>(temperature);
+          p.top_k = static_cast<int>(top_k);
+          p.top_p = static_cast<float>(top_p);
+          p.repetition_penalty = static_cast<float>(repetition_penalty);
+          runtime::validate(p);
+          runtime::Rng rng(seed);
+          std::vector<int32_t> out;
+          for (int64_t i = 0; i < n_draws; ++i) {
+            std::vector<float> l(logits.data(), logits.data() + logits.size());
+            out.push_back(runtime::sample_next(l.data(), static_cast<int64_t>(l.size()), p, seen, rng));
+          }
+          return out;
+        },
+        py::arg("logits"), py::arg("temperature"), py::arg("top_k") = 50, py::arg("top_p") = 1.0,
+        py::arg("repetition_penalty") = 1.0, py::arg("seen") = std::vector<int32_t>(), py::arg("seed") = 0,
+        py::arg("n_draws") = 1);
+}

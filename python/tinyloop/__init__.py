@@ -1,0 +1,12 @@
+"""TinyLoop's pure-Python package (numpy only at run time).
+
+- `tinyloop.config`: the model config (defaults, consistency rules, tensor names, presets)
+- `tinyloop.format`: read and write `.tinyloop` model files
+- `tinyloop.reference`: the float64 numpy reference forward and generation loop
+- `tinyloop.random_model`: random test models (`python3 -m tinyloop.random_model`)
+
+The C++ engine is the separate extension module `tinyloop_py`; this package does not
+import it, so everything here works without a build.
+"""
+
+__all__ = ["config", "format", "reference", "random_model"]

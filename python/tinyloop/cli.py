@@ -1,0 +1,161 @@
+"""The `tinyloop` command line.
+
+    tinyloop generate [--model PATH] PROMPT [--max-tokens N] [--loops L] ...
+    tinyloop inspect MODEL
+    tinyloop random-model OUT [--kind llama|huginn|ouro] [--weight-dtype f32|f16|bf16] [--set k=v ...]
+
+A PROMPT is text when the model embeds a tokenizer (Hugging Face `tokenizers` decodes the
+output as it streams), or comma-separated token ids with --ids.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+# The model used when none is named (the bundled looped model, once it ships).
+DEFAULT_MODEL = os.path.join(os.path.dirname(__file__), "..", "..", "models", "tinyloop-demo.tinyloop")
+
+
+def _default_model() -> str | None:
+    env = os.environ.get("TINYLOOP_MODEL")
+    if env:
+        return env
+    for candidate in (DEFAULT_MODEL, os.path.join(os.getcwd(), "models", "tinyloop-demo.tinyloop")):
+        if os.path.exists(candidate):
+            return os.path.abspath(candidate)
+    return None
+
+
+def _load_tokenizer(model):
+    """The model's embedded tokenizer as a `tokenizers.Tokenizer`, or None."""
+    text = model.tokenizer_json()
+    if not text:
+        return None
+    from tokenizers import Tokenizer  # imported lazily: only text models need it
+    return Tokenizer.from_str(text)
+
+
+class _TextStreamer:
+    """Prints decoded text as tokens arrive. Byte-level BPE tokens can split a UTF-8
+    character, so it re-decodes the whole output and prints only the new stable suffix."""
+
+    def __init__(self, tokenizer):
+        self.tok = tokenizer
+        self.ids: list[int] = []
+        self.printed = ""
+
+    def __call__(self, tok: int) -> bool:
+        self.ids.append(int(tok))
+        text = self.tok.decode(self.ids)
+        if text.endswith("\ufffd"):  # an incomplete character: wait for its next byte
+            return True
+        sys.stdout.write(text[len(self.printed):])
+        sys.stdout.flush()
+        self.printed = text
+        return True
+
+
+def _sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--loops", type=int, default=None, help="loop depth L (default: the model's)")
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-k", type=int, default=50)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--repetition-penalty", type=float, default=1.1)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--cache-window", type=int, default=0)
+    p.add_argument("--max-seq-len", type=int, default=None)
+
+
+def cmd_generate(args) -> int:
+    import numpy as np
+    import tinyloop_py as tl
+
+    path = args.model or _default_model()
+    if path is None:
+        print("tinyloop generate: no model given and no bundled model found "
+              "(pass --model PATH or set TINYLOOP_MODEL)", file=sys.stderr)
+        return 2
+    with tl.Model(path, max_seq_len=args.max_seq_len) as model:
+        tokenizer = None if args.ids else _load_tokenizer(model)
+        if tokenizer is None:
+            if not args.ids and model.tokenizer_json() == "":
+                print("(this model has no tokenizer: reading the prompt as token ids)", file=sys.stderr)
+            prompt = np.array([int(t) for t in args.prompt.replace(" ", "").split(",") if t], dtype=np.int32)
+            on_token = lambda t: (print(t, end=" ", flush=True), True)[1]  # noqa: E731
+        else:
+            prompt = np.array(tokenizer.encode(args.prompt).ids, dtype=np.int32)
+            sys.stdout.write(args.prompt)
+            on_token = _TextStreamer(tokenizer)
+        r = model.generate_stream(
+            prompt, on_token, max_tokens=args.max_tokens, loops=args.loops,
+            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+            repetition_penalty=args.repetition_penalty, seed=args.seed,
+            cache_window=args.cache_window)
+        print()
+        n = r["tokens_emitted"]
+        per_tok = r["decode_steady_ms"] / max(1, n - 1)
+        print(f"[{n} tokens, prefill {r['prefill_ms']:.1f} ms, first token {r['first_token_ms']:.1f} ms, "
+              f"decode {per_tok:.1f} ms/token, loops {args.loops or model.config()['default_loops']}]",
+              file=sys.stderr)
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from tinyloop.format import read_model
+
+    contents = read_model(args.model)
+    print(f"file: {args.model} ({os.path.getsize(args.model) / 2**20:.2f} MiB)")
+    print("config:")
+    for k, v in contents.config.items():
+        print(f"  {k}: {v}")
+    print(f"tokenizer: {'embedded' if contents.tokenizer_json else 'none'}")
+    print("tensors:")
+    for name, a in contents.tensors.items():
+        print(f"  {name:40s} {contents.dtypes[name]:5s} {list(a.shape)}")
+    return 0
+
+
+def cmd_random_model(args) -> int:
+    from tinyloop.random_model import main as random_main
+
+    argv = [args.out, "--kind", args.kind, "--seed", str(args.seed), "--weight-dtype", args.weight_dtype]
+    for s in args.set or []:
+        argv += ["--set", s]
+    return random_main(argv)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="tinyloop", description="TinyLoop: run looped transformer models")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    g = sub.add_parser("generate", help="continue a prompt, streaming the output")
+    g.add_argument("prompt")
+    g.add_argument("--model", default=None, help="a .tinyloop file (default: the bundled model)")
+    g.add_argument("--ids", action="store_true", help="the prompt is comma-separated token ids")
+    _sampling_args(g)
+    g.set_defaults(func=cmd_generate)
+
+    i = sub.add_parser("inspect", help="print a model file's config and tensors")
+    i.add_argument("model")
+    i.set_defaults(func=cmd_inspect)
+
+    r = sub.add_parser("random-model", help="write a model with random weights (tests, benchmarks)")
+    r.add_argument("out")
+    r.add_argument("--kind", default="huginn", choices=["llama", "huginn", "ouro"])
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--weight-dtype", default="f32", choices=["f32", "f16", "bf16"])
+    r.add_argument("--set", action="append", help="config override key=value (repeatable)")
+    r.set_defaults(func=cmd_random_model)
+
+    args = ap.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, RuntimeError, FileNotFoundError) as e:
+        print(f"tinyloop {args.cmd}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,295 @@
+"""Reading and writing `.tinyloop` model files (docs/model-format.md), numpy only.
+
+The file is a safetensors container: u64 header length N, N bytes of JSON (padded with
+spaces so the data section starts on a multiple of 64), then every tensor back to back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import FORMAT_VERSION, check_tensor_shapes, expected_tensors, normalize_config
+
+__all__ = [
+    "ModelContents",
+    "write_model",
+    "read_model",
+    "to_bf16_bits",
+    "from_bf16_bits",
+    "DATA_ALIGNMENT",
+]
+
+DATA_ALIGNMENT = 64  # the data section starts on a multiple of this
+
+# Every safetensors dtype -> element size in bytes (a reader must know them to name them).
+_DTYPE_SIZES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1,
+    "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4,
+    "I64": 8, "U64": 8, "F64": 8,
+}
+_WEIGHT_DTYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16"}
+_SUPPORTED = ("F32", "F16", "BF16")  # version 1
+_RESERVED_QUANT = ("I8", "U8")  # quantized formats, reserved for a later version
+
+
+@dataclass
+class ModelContents:
+    """What `read_model` returns."""
+
+    config: dict  # normalized (every field filled)
+    tensors: dict  # name -> float64 array, F16/BF16 decoded
+    dtypes: dict  # name -> stored dtype string ("F32", "F16", "BF16")
+    metadata: dict  # the raw `__metadata__` (str -> str)
+    tokenizer_json: str | None = None
+    chat_template: str | None = None
+    data_offset: int = 0  # byte offset of the data section in the file
+    offsets: dict = field(default_factory=dict)  # name -> (begin, end) inside the data section
+
+
+# ---------------------------------------------------------------------------------------
+# bfloat16 <-> float32 bits
+
+
+def to_bf16_bits(a: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (uint16), round to nearest, ties to even.
+
+    NaN stays NaN (quiet bit forced, so rounding can not turn it into inf).
+    """
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    lsb = (bits >> np.uint64(16)) & np.uint64(1)
+    rounded = ((bits + np.uint64(0x7FFF) + lsb) >> np.uint64(16)).astype(np.uint16)
+    nan = np.isnan(np.asarray(a, dtype=np.float32))
+    quiet = ((bits >> np.uint64(16)) | np.uint64(0x0040)).astype(np.uint16)
+    return np.where(nan, quiet, rounded)
+
+
+def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) -> float32 (exact)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+# ---------------------------------------------------------------------------------------
+# writing
+
+
+def _encode_tensor(name: str, a: np.ndarray, weight_dtype: str) -> tuple[str, bytes]:
+    """(safetensors dtype, little-endian bytes). 2-D weights take weight_dtype; norms and
+    biases (1-D) stay F32, as the format requires."""
+    f32 = np.ascontiguousarray(a, dtype=np.float32)
+    dtype = _WEIGHT_DTYPES[weight_dtype] if f32.ndim == 2 else "F32"
+    if dtype == "F32":
+        return dtype, f32.astype("<f4").tobytes()
+    if dtype == "F16":
+        return dtype, f32.astype("<f2").tobytes()  # numpy rounds to nearest even
+    return dtype, to_bf16_bits(f32).astype("<u2").tobytes()
+
+
+def _layout(entries: list[tuple[str, str, tuple, bytes]]) -> list[tuple[str, str, tuple, bytes]]:
+    """Decreasing element size, so each tensor starts on a multiple of its element size;
+    the sort is stable, so the config's tensor order is kept within one size."""
+    return sorted(entries, key=lambda e: -_DTYPE_SIZES[e[1]])
+
+
+def _header_bytes(entries, metadata: dict) -> bytes:
+    """The JSON header, space-padded so that 8 + len is a multiple of DATA_ALIGNMENT."""
+    header: dict = {"__metadata__": metadata}
+    offset = 0
+    for name, dtype, shape, data in entries:
+        header[name] = {"dtype": dtype, "shape": list(shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    pad = (-(8 + len(text))) % DATA_ALIGNMENT
+    return text + b" " * pad
+
+
+def _write_atomically(path: str, chunks) -> None:
+    """Write to a temp file in the target directory, then rename over `path`, so a reader
+    never sees a half-written model."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tinyloop-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_model(path, config: dict, tensors: dict, tokenizer_json: str | None = None,
+                chat_template: str | None = None, weight_dtype: str = "f32") -> str:
+    """Write a `.tinyloop` file. Returns the path.
+
+    The config is normalized (every field written). `tensors` must match the config's
+    expected tensors exactly; 2-D weight matrices are stored as `weight_dtype`
+    ("f32" | "f16" | "bf16"), norms and biases as F32. Raises ValueError naming the
+    problem (config field, tensor, dtype).
+    """
+    if weight_dtype not in _WEIGHT_DTYPES:
+        raise ValueError(f"weight_dtype {weight_dtype!r}: expected one of {list(_WEIGHT_DTYPES)}")
+    cfg = normalize_config(config)
+    check_tensor_shapes(cfg, {n: np.shape(t) for n, t in tensors.items()})
+    entries = []
+    for name in expected_tensors(cfg):
+        dtype, data = _encode_tensor(name, np.asarray(tensors[name]), weight_dtype)
+        entries.append((name, dtype, tuple(np.shape(tensors[name])), data))
+    entries = _layout(entries)
+    metadata = {"format": "tinyloop", "format_version": str(FORMAT_VERSION),
+                "config": json.dumps(cfg)}
+    if tokenizer_json is not None:
+        metadata["tokenizer"] = str(tokenizer_json)
+    if chat_template is not None:
+        metadata["chat_template"] = str(chat_template)
+    header = _header_bytes(entries, metadata)
+    path = os.fspath(path)
+    _write_atomically(path, [struct.pack("<Q", len(header)), header] + [e[3] for e in entries])
+    return path
+
+
+# ---------------------------------------------------------------------------------------
+# reading
+
+
+def _read_bytes(path: str) -> bytes:
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: no such model file")
+    with open(path, "rb") as f:
+        blob = f.read()
+    if len(blob) <= 8:
+        raise ValueError(f"{path}: truncated: {len(blob)} bytes, not even a header length")
+    return blob
+
+
+def _parse_header(path: str, blob: bytes) -> tuple[dict, int]:
+    """(header object, data section offset)."""
+    (n,) = struct.unpack_from("<Q", blob, 0)
+    if 8 + n > len(blob):
+        raise ValueError(f"{path}: header length {n} runs past the end of the file "
+                         f"({len(blob)} bytes; truncated?)")
+    try:
+        header = json.loads(blob[8:8 + n].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: bad header: not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: bad header: expected a JSON object")
+    return header, 8 + n
+
+
+def _check_entry(path: str, name: str, entry, data_len: int) -> tuple[str, tuple, int, int]:
+    """One tensor's (dtype, shape, begin, end), after the per-tensor checks."""
+    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+        raise ValueError(f"{path}: tensor '{name}': bad header entry {entry!r}")
+    dtype, shape, offs = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if dtype not in _DTYPE_SIZES:
+        raise ValueError(f"{path}: tensor '{name}': unknown dtype {dtype!r}")
+    ints = lambda xs: isinstance(xs, list) and all(  # noqa: E731
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in xs)
+    if not ints(shape):
+        raise ValueError(f"{path}: tensor '{name}': bad shape {shape!r}")
+    if not ints(offs) or len(offs) != 2 or offs[0] > offs[1]:
+        raise ValueError(f"{path}: tensor '{name}': bad data_offsets {offs!r}")
+    nbytes = int(np.prod(shape, dtype=np.int64)) * _DTYPE_SIZES[dtype]
+    if offs[1] - offs[0] != nbytes:
+        raise ValueError(f"{path}: tensor '{name}': shape {shape} {dtype} is {nbytes} bytes "
+                         f"but data_offsets {offs} span {offs[1] - offs[0]}")
+    if offs[1] > data_len:
+        raise ValueError(f"{path}: tensor '{name}': data_offsets {offs} run past the end of "
+                         f"the file (data section is {data_len} bytes; truncated?)")
+    return dtype, tuple(shape), offs[0], offs[1]
+
+
+def _check_coverage(path: str, spans: dict, data_len: int) -> None:
+    """Tensors neither overlap nor leave holes, and they cover the whole data section."""
+    pos, prev = 0, None
+    for name, (begin, end) in sorted(spans.items(), key=lambda kv: (kv[1][0], kv[1][1])):
+        if begin < pos:
+            raise ValueError(f"{path}: tensor '{name}' overlaps tensor '{prev}'")
+        if begin > pos:
+            raise ValueError(f"{path}: hole of {begin - pos} bytes in the data section "
+                             f"before tensor '{name}'")
+        pos, prev = end, name
+    if pos != data_len:
+        raise ValueError(f"{path}: {data_len - pos} bytes after the last tensor are not "
+                         f"covered by any tensor")
+
+
+def _check_metadata(path: str, meta) -> dict:
+    """The normalized config, after checking `format` and `format_version`."""
+    if not isinstance(meta, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+        raise ValueError(f"{path}: bad header: __metadata__ must map strings to strings")
+    if meta.get("format") != "tinyloop":
+        raise ValueError(f"{path}: metadata 'format' is {meta.get('format')!r}, "
+                         f"expected 'tinyloop'")
+    if meta.get("format_version") != str(FORMAT_VERSION):
+        raise ValueError(f"{path}: unsupported format_version {meta.get('format_version')!r} "
+                         f"(this reader knows {FORMAT_VERSION})")
+    if "config" not in meta:
+        raise ValueError(f"{path}: metadata 'config' is missing")
+    try:
+        cfg = json.loads(meta["config"])
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: metadata 'config' is not valid JSON ({e})") from None
+    try:
+        return normalize_config(cfg)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def _check_dtype(path: str, name: str, dtype: str, ndim: int) -> None:
+    if dtype in _RESERVED_QUANT:
+        raise ValueError(f"{path}: tensor '{name}': dtype {dtype} is reserved for quantized "
+                         f"weights, not supported by format version {FORMAT_VERSION}")
+    if dtype not in _SUPPORTED:
+        raise ValueError(f"{path}: tensor '{name}': unsupported dtype {dtype}")
+    if ndim != 2 and dtype != "F32":
+        raise ValueError(f"{path}: tensor '{name}': norms and biases must be F32, got {dtype}")
+
+
+def _decode(blob: bytes, start: int, dtype: str, shape: tuple) -> np.ndarray:
+    """float64 copy of one tensor's data."""
+    count = int(np.prod(shape, dtype=np.int64))
+    if dtype == "BF16":
+        raw = np.frombuffer(blob, dtype="<u2", count=count, offset=start)
+        return from_bf16_bits(raw).astype(np.float64).reshape(shape)
+    np_dtype = {"F32": "<f4", "F16": "<f2"}[dtype]
+    return np.frombuffer(blob, dtype=np_dtype, count=count, offset=start).astype(
+        np.float64).reshape(shape)
+
+
+def read_model(path) -> ModelContents:
+    """Load and validate a `.tinyloop` file; raises ValueError naming the problem."""
+    path = os.fspath(path)
+    blob = _read_bytes(path)
+    header, data_start = _parse_header(path, blob)
+    data_len = len(blob) - data_start
+    meta = header.pop("__metadata__", None)
+    if meta is None:
+        raise ValueError(f"{path}: bad header: no __metadata__ (not a tinyloop file)")
+    parsed = {name: _check_entry(path, name, e, data_len) for name, e in header.items()}
+    _check_coverage(path, {n: (p[2], p[3]) for n, p in parsed.items()}, data_len)
+    cfg = _check_metadata(path, meta)
+    for name, (dtype, shape, _, _) in parsed.items():
+        _check_dtype(path, name, dtype, len(shape))
+    try:
+        check_tensor_shapes(cfg, {n: p[1] for n, p in parsed.items()})
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+    tensors = {n: _decode(blob, data_start + p[2], p[0], p[1]) for n, p in parsed.items()}
+    return ModelContents(
+        config=cfg, tensors=tensors, dtypes={n: p[0] for n, p in parsed.items()},
+        metadata=dict(meta), tokenizer_json=meta.get("tokenizer"),
+        chat_template=meta.get("chat_template"), data_offset=data_start,
+        offsets={n: (p[2], p[3]) for n, p in parsed.items()})

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Sets everything up, then runs every test: the C++ GoogleTest suites (Release, then again
+# under AddressSanitizer + UBSan) through CTest, and the Python suite with pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+JOBS=${JOBS:-$(nproc)}
+
+echo "== C++ tests (Release) =="
+cmake -S . -B build/cpp-release -DCMAKE_BUILD_TYPE=Release -DTINYLOOP_BUILD_TESTS=ON >/dev/null
+cmake --build build/cpp-release -j "$JOBS"
+ctest --test-dir build/cpp-release --output-on-failure -j "$JOBS"
+
+echo "== C++ tests (AddressSanitizer + UBSan) =="
+cmake -S . -B build/cpp-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTINYLOOP_BUILD_TESTS=ON -DTINYLOOP_SANITIZE=ON >/dev/null
+cmake --build build/cpp-asan -j "$JOBS"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build/cpp-asan --output-on-failure -j "$JOBS"
+
+echo "== Python tests =="
+python3 -m pytest -q tests/python

@@ -1,0 +1,444 @@
+// The model config of a .tinyloop file: parse, check, serialise, and derive the tensor list
+// (docs/model-format.md, "Config" and "Tensor names").
+#include "tinyloop/config.h"
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "tinyloop/errors.h"
+
+namespace tinyloop {
+namespace {
+
+using json = nlohmann::json;
+
+[[noreturn]] void fail(const std::string& msg) { throw FormatError("config: " + msg); }
+
+std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+// "a string", "a float", ... for the "expected X, got Y" messages.
+std::string describe(const json& v) {
+  if (v.is_number_float()) return "a float";
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_string()) return "a string";
+  if (v.is_null()) return "null";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+[[noreturn]] void wrong_type(const char* field, const char* expected, const json& v) {
+  fail("field " + quoted(field) + " must be " + expected + ", got " + describe(v));
+}
+
+// ---- typed readers: each checks the JSON type and names the field when it is wrong ----
+
+int64_t read_int(const json& v, const char* field) {
+  if (!v.is_number_integer()) wrong_type(field, "an integer", v);
+  // nlohmann stores integers above INT64_MAX as unsigned; they would wrap in get<int64_t>.
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+    fail("field " + quoted(field) + " is too large");
+  return v.get<int64_t>();
+}
+
+uint64_t read_uint(const json& v, const char* field) {
+  if (!v.is_number_integer()) wrong_type(field, "a non-negative integer", v);
+  if (!v.is_number_unsigned()) fail("field " + quoted(field) + " must be non-negative");
+  return v.get<uint64_t>();
+}
+
+double read_float(const json& v, const char* field) {
+  if (!v.is_number()) wrong_type(field, "a number", v);
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) fail("field " + quoted(field) + " must be finite");
+  return d;
+}
+
+bool read_bool(const json& v, const char* field) {
+  if (!v.is_boolean()) wrong_type(field, "a boolean", v);
+  return v.get<bool>();
+}
+
+std::optional<int64_t> read_optional_int(const json& v, const char* field) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_number_integer()) wrong_type(field, "an integer or null", v);
+  return read_int(v, field);
+}
+
+std::vector<int64_t> read_int_list(const json& v, const char* field) {
+  if (!v.is_array()) wrong_type(field, "a list of integers", v);
+  std::vector<int64_t> out;
+  for (const json& e : v) {
+    if (!e.is_number_integer()) wrong_type(field, "a list of integers", v);
+    out.push_back(read_int(e, field));
+  }
+  return out;
+}
+
+// ---- enums: one name table per enum, used both ways so parse and dump cannot disagree ----
+
+template <class E>
+struct EnumName {
+  const char* name;
+  E value;
+};
+
+constexpr EnumName<NormType> kNormTypes[] = {{"rmsnorm", NormType::RMSNorm},
+                                             {"layernorm", NormType::LayerNorm}};
+constexpr EnumName<NormPlacement> kPlacements[] = {
+    {"pre", NormPlacement::Pre},
+    {"huginn_sandwich", NormPlacement::HuginnSandwich},
+    {"ouro_sandwich", NormPlacement::OuroSandwich}};
+constexpr EnumName<PosEncoding> kPosEncodings[] = {
+    {"rope_half", PosEncoding::RopeHalf},
+    {"rope_interleaved", PosEncoding::RopeInterleaved},
+    {"learned", PosEncoding::Learned},
+    {"none", PosEncoding::None}};
+constexpr EnumName<MlpType> kMlps[] = {
+    {"swiglu", MlpType::SwiGLU}, {"gelu", MlpType::GELU}, {"gelu_tanh", MlpType::GELUTanh}};
+constexpr EnumName<InitState> kInitStates[] = {
+    {"input", InitState::Input}, {"zeros", InitState::Zeros}, {"random", InitState::Random}};
+constexpr EnumName<Inject> kInjects[] = {
+    {"none", Inject::None}, {"add", Inject::Add}, {"linear_concat", Inject::LinearConcat}};
+constexpr EnumName<PostLoopNorm> kPostLoopNorms[] = {
+    {"none", PostLoopNorm::None}, {"final", PostLoopNorm::Final}, {"own", PostLoopNorm::Own}};
+
+template <class E, size_t N>
+E read_enum(const json& v, const char* field, const EnumName<E> (&table)[N]) {
+  if (!v.is_string()) wrong_type(field, "a string", v);
+  const std::string s = v.get<std::string>();
+  std::string allowed;
+  for (const auto& e : table) {
+    if (s == e.name) return e.value;
+    allowed += (allowed.empty() ? "" : ", ") + quoted(e.name);
+  }
+  fail("field " + quoted(field) + " has unknown value " + quoted(s) + " (expected one of " +
+       allowed + ")");
+}
+
+template <class E, size_t N>
+const char* enum_name(E value, const EnumName<E> (&table)[N]) {
+  for (const auto& e : table)
+    if (e.value == value) return e.name;
+  return "?";  // unreachable for a valid enum value
+}
+
+// ---- the field table: name -> reader into ModelConfig ----
+
+struct FieldSpec {
+  const char* name;
+  void (*read)(const json& v, ModelConfig& c);
+};
+
+#define TL_FIELD(name, reader) \
+  {#name, [](const json& v, ModelConfig& c) { c.name = reader(v, #name); }}
+#define TL_ENUM(name, table) \
+  {#name, [](const json& v, ModelConfig& c) { c.name = read_enum(v, #name, table); }}
+
+const FieldSpec kFields[] = {
+    TL_FIELD(dim, read_int),
+    TL_FIELD(vocab_size, read_int),
+    TL_FIELD(n_heads, read_int),
+    TL_FIELD(n_kv_heads, read_int),
+    TL_FIELD(head_dim, read_int),
+    TL_FIELD(ffn_dim, read_int),
+    TL_FIELD(n_pre_blocks, read_int),
+    TL_FIELD(n_loop_layers, read_int),
+    TL_FIELD(n_post_blocks, read_int),
+    TL_FIELD(default_loops, read_int),
+    TL_FIELD(max_seq_len, read_int),
+    TL_ENUM(norm_type, kNormTypes),
+    TL_FIELD(norm_eps, read_float),
+    TL_FIELD(norm_bias, read_bool),
+    TL_ENUM(norm_placement, kPlacements),
+    TL_FIELD(qkv_fused, read_bool),
+    TL_FIELD(attn_qkv_bias, read_bool),
+    TL_FIELD(attn_out_bias, read_bool),
+    TL_FIELD(mlp_bias, read_bool),
+    TL_ENUM(pos_encoding, kPosEncodings),
+    TL_FIELD(rope_theta, read_float),
+    TL_ENUM(mlp, kMlps),
+    TL_FIELD(embed_scale, read_float),
+    TL_ENUM(init_state, kInitStates),
+    TL_FIELD(init_state_std, read_float),
+    TL_FIELD(init_state_seed, read_uint),
+    TL_ENUM(inject, kInjects),
+    TL_FIELD(loop_norm, read_bool),
+    TL_ENUM(post_loop_norm, kPostLoopNorms),
+    TL_FIELD(final_norm, read_bool),
+    TL_FIELD(tie_embeddings, read_bool),
+    TL_FIELD(exit_gate, read_bool),
+    TL_FIELD(bos_id, read_optional_int),
+    TL_FIELD(eos_ids, read_int_list),
+};
+
+#undef TL_FIELD
+#undef TL_ENUM
+
+const char* const kRequired[] = {"dim", "vocab_size", "n_heads", "ffn_dim", "n_loop_layers"};
+
+const FieldSpec* find_field(const std::string& name) {
+  for (const auto& f : kFields)
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+// ---- checked arithmetic: a config is untrusted input, so derived sizes must not overflow ----
+
+int64_t checked_mul(int64_t a, int64_t b, const char* what) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) fail(std::string(what) + " overflows a 64-bit integer");
+  return r;
+}
+
+int64_t checked_add(int64_t a, int64_t b, const char* what) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) fail(std::string(what) + " overflows a 64-bit integer");
+  return r;
+}
+
+// ---- parsing ----
+
+json parse_object(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    fail(std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) fail("must be a JSON object, got " + describe(j));
+  return j;
+}
+
+// Fills the fields present in `j`; returns their names so defaults can tell "absent".
+std::set<std::string> read_fields(const json& j, ModelConfig& c) {
+  std::set<std::string> present;
+  for (const auto& [key, value] : j.items()) {
+    const FieldSpec* f = find_field(key);
+    if (!f) fail("unknown field " + quoted(key));
+    f->read(value, c);
+    present.insert(key);
+  }
+  return present;
+}
+
+void check_required(const std::set<std::string>& present) {
+  for (const char* name : kRequired)
+    if (!present.count(name)) fail("missing required field " + quoted(name));
+}
+
+// n_kv_heads and head_dim default from other fields, so they are filled after reading.
+void fill_derived_defaults(const std::set<std::string>& present, ModelConfig& c) {
+  if (!present.count("n_kv_heads")) c.n_kv_heads = c.n_heads;
+  if (!present.count("head_dim")) {
+    // A truncated dim / n_heads would silently give a model of another width.
+    if (c.n_heads > 0 && c.dim % c.n_heads != 0)
+      fail("field 'head_dim' is required when 'dim' (" + std::to_string(c.dim) +
+           ") is not a multiple of 'n_heads' (" + std::to_string(c.n_heads) + ")");
+    if (c.n_heads > 0) c.head_dim = c.dim / c.n_heads;
+  }
+}
+
+// ---- consistency rules (docs/model-format.md, "Consistency rules") ----
+
+void require_at_least(int64_t value, int64_t min, const char* field) {
+  if (value < min)
+    fail("field " + quoted(field) + " must be >= " + std::to_string(min) + ", got " +
+         std::to_string(value));
+}
+
+void check_sizes(const ModelConfig& c) {
+  require_at_least(c.dim, 1, "dim");
+  require_at_least(c.vocab_size, 1, "vocab_size");
+  require_at_least(c.n_heads, 1, "n_heads");
+  require_at_least(c.n_kv_heads, 1, "n_kv_heads");
+  require_at_least(c.head_dim, 1, "head_dim");
+  require_at_least(c.ffn_dim, 1, "ffn_dim");
+  require_at_least(c.n_pre_blocks, 0, "n_pre_blocks");
+  require_at_least(c.n_loop_layers, 1, "n_loop_layers");
+  require_at_least(c.n_post_blocks, 0, "n_post_blocks");
+  require_at_least(c.default_loops, 1, "default_loops");
+  require_at_least(c.max_seq_len, 1, "max_seq_len");
+}
+
+void check_heads(const ModelConfig& c) {
+  if (c.n_heads % c.n_kv_heads != 0)
+    fail("field 'n_kv_heads' (" + std::to_string(c.n_kv_heads) + ") must divide 'n_heads' (" +
+         std::to_string(c.n_heads) + ")");
+  if (c.uses_rope() && c.head_dim % 2 != 0)
+    fail("field 'head_dim' (" + std::to_string(c.head_dim) + ") must be even with RoPE");
+}
+
+void check_floats(const ModelConfig& c) {
+  if (c.norm_eps < 0) fail("field 'norm_eps' must be >= 0");
+  if (c.uses_rope() && c.rope_theta <= 0) fail("field 'rope_theta' must be > 0");
+  if (c.init_state_std < 0) fail("field 'init_state_std' must be >= 0");
+}
+
+void check_options(const ModelConfig& c) {
+  if (c.norm_bias && c.norm_type != NormType::LayerNorm)
+    fail("field 'norm_bias' is only allowed with norm_type 'layernorm'");
+  if (c.init_state == InitState::Random && !(c.init_state_std > 0))
+    fail("field 'init_state_std' must be > 0 when init_state is 'random'");
+  if (c.post_loop_norm == PostLoopNorm::Final && !c.final_norm)
+    fail("field 'post_loop_norm' is 'final' but 'final_norm' is false");
+}
+
+void check_token_id(int64_t id, int64_t vocab, const char* field) {
+  if (id < 0 || id >= vocab)
+    fail("field " + quoted(field) + " has token id " + std::to_string(id) +
+         " outside [0, vocab_size=" + std::to_string(vocab) + ")");
+}
+
+void check_token_ids(const ModelConfig& c) {
+  if (c.bos_id) check_token_id(*c.bos_id, c.vocab_size, "bos_id");
+  for (int64_t id : c.eos_ids) check_token_id(id, c.vocab_size, "eos_ids");
+}
+
+// Every product the engine will form from the config must fit, or shapes would wrap.
+void check_derived_sizes(const ModelConfig& c) {
+  const int64_t qkv_heads =
+      checked_add(c.n_heads, checked_mul(2, c.n_kv_heads, "2 * n_kv_heads"), "n_heads + 2 * n_kv_heads");
+  checked_mul(qkv_heads, c.head_dim, "(n_heads + 2 * n_kv_heads) * head_dim");
+  checked_mul(2, c.dim, "2 * dim");
+  checked_mul(c.vocab_size, c.dim, "vocab_size * dim");
+  checked_mul(c.max_seq_len, c.dim, "max_seq_len * dim");
+  checked_mul(c.ffn_dim, c.dim, "ffn_dim * dim");
+  const int64_t looped = checked_mul(c.default_loops, c.n_loop_layers, "default_loops * n_loop_layers");
+  checked_add(checked_add(c.n_pre_blocks, c.n_post_blocks, "n_pre_blocks + n_post_blocks"), looped,
+              "effective depth");
+}
+
+void check_consistency(const ModelConfig& c) {
+  check_sizes(c);  // first: the later rules divide by and multiply these
+  check_heads(c);
+  check_floats(c);
+  check_options(c);
+  check_token_ids(c);
+  check_derived_sizes(c);
+}
+
+// ---- tensor names ----
+
+using ShapeMap = std::map<std::string, std::vector<int64_t>>;
+
+void add_norm(ShapeMap& m, const ModelConfig& c, const std::string& name) {
+  m[name + ".weight"] = {c.dim};
+  if (c.norm_bias) m[name + ".bias"] = {c.dim};
+}
+
+void add_linear(ShapeMap& m, const std::string& name, int64_t out, int64_t in, bool bias) {
+  m[name + ".weight"] = {out, in};
+  if (bias) m[name + ".bias"] = {out};
+}
+
+void add_attention(ShapeMap& m, const ModelConfig& c, const std::string& p) {
+  const int64_t q = checked_mul(c.n_heads, c.head_dim, "n_heads * head_dim");
+  const int64_t kv = checked_mul(c.n_kv_heads, c.head_dim, "n_kv_heads * head_dim");
+  if (c.qkv_fused) {
+    const int64_t qkv = checked_add(q, checked_mul(2, kv, "2 * kv width"), "qkv width");
+    add_linear(m, p + "attn.wqkv", qkv, c.dim, c.attn_qkv_bias);
+  } else {
+    add_linear(m, p + "attn.wq", q, c.dim, c.attn_qkv_bias);
+    add_linear(m, p + "attn.wk", kv, c.dim, c.attn_qkv_bias);
+    add_linear(m, p + "attn.wv", kv, c.dim, c.attn_qkv_bias);
+  }
+  add_linear(m, p + "attn.wo", c.dim, q, c.attn_out_bias);
+}
+
+void add_mlp(ShapeMap& m, const ModelConfig& c, const std::string& p) {
+  if (c.mlp == MlpType::SwiGLU) add_linear(m, p + "mlp.w_gate", c.ffn_dim, c.dim, c.mlp_bias);
+  add_linear(m, p + "mlp.w_up", c.ffn_dim, c.dim, c.mlp_bias);
+  add_linear(m, p + "mlp.w_down", c.dim, c.ffn_dim, c.mlp_bias);
+}
+
+void add_layer(ShapeMap& m, const ModelConfig& c, const std::string& p) {
+  add_norm(m, c, p + "attn_norm");
+  if (c.sandwich()) add_norm(m, c, p + "attn_post_norm");
+  add_norm(m, c, p + "mlp_norm");
+  if (c.sandwich()) add_norm(m, c, p + "mlp_post_norm");
+  add_attention(m, c, p);
+  add_mlp(m, c, p);
+}
+
+void add_layers(ShapeMap& m, const ModelConfig& c, const char* prefix, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) add_layer(m, c, prefix + std::to_string(i) + ".");
+}
+
+}  // namespace
+
+ModelConfig parse_config(const std::string& json_text) {
+  const json j = parse_object(json_text);
+  ModelConfig c;
+  const std::set<std::string> present = read_fields(j, c);
+  check_required(present);
+  fill_derived_defaults(present, c);
+  check_consistency(c);
+  return c;
+}
+
+std::string config_to_json(const ModelConfig& c) {
+  // ordered_json keeps the doc's field order, which is easier to read in a file's metadata.
+  nlohmann::ordered_json j;
+  j["dim"] = c.dim;
+  j["vocab_size"] = c.vocab_size;
+  j["n_heads"] = c.n_heads;
+  j["n_kv_heads"] = c.n_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["ffn_dim"] = c.ffn_dim;
+  j["n_pre_blocks"] = c.n_pre_blocks;
+  j["n_loop_layers"] = c.n_loop_layers;
+  j["n_post_blocks"] = c.n_post_blocks;
+  j["default_loops"] = c.default_loops;
+  j["max_seq_len"] = c.max_seq_len;
+  j["norm_type"] = enum_name(c.norm_type, kNormTypes);
+  j["norm_eps"] = c.norm_eps;
+  j["norm_bias"] = c.norm_bias;
+  j["norm_placement"] = enum_name(c.norm_placement, kPlacements);
+  j["qkv_fused"] = c.qkv_fused;
+  j["attn_qkv_bias"] = c.attn_qkv_bias;
+  j["attn_out_bias"] = c.attn_out_bias;
+  j["mlp_bias"] = c.mlp_bias;
+  j["pos_encoding"] = enum_name(c.pos_encoding, kPosEncodings);
+  j["rope_theta"] = c.rope_theta;
+  j["mlp"] = enum_name(c.mlp, kMlps);
+  j["embed_scale"] = c.embed_scale;
+  j["init_state"] = enum_name(c.init_state, kInitStates);
+  j["init_state_std"] = c.init_state_std;
+  j["init_state_seed"] = c.init_state_seed;
+  j["inject"] = enum_name(c.inject, kInjects);
+  j["loop_norm"] = c.loop_norm;
+  j["post_loop_norm"] = enum_name(c.post_loop_norm, kPostLoopNorms);
+  j["final_norm"] = c.final_norm;
+  j["tie_embeddings"] = c.tie_embeddings;
+  j["exit_gate"] = c.exit_gate;
+  j["bos_id"] = c.bos_id ? nlohmann::ordered_json(*c.bos_id) : nlohmann::ordered_json(nullptr);
+  j["eos_ids"] = c.eos_ids;
+  return j.dump();
+}
+
+std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelConfig& c) {
+  ShapeMap m;
+  m["embed.weight"] = {c.vocab_size, c.dim};
+  if (c.pos_encoding == PosEncoding::Learned) m["pos_emb.weight"] = {c.max_seq_len, c.dim};
+  if (c.inject == Inject::LinearConcat)
+    m["inject.weight"] = {c.dim, checked_mul(2, c.dim, "2 * dim")};
+  add_layers(m, c, "pre.", c.n_pre_blocks);
+  add_layers(m, c, "loop.", c.n_loop_layers);
+  add_layers(m, c, "post.", c.n_post_blocks);
+  if (c.loop_norm) add_norm(m, c, "loop_norm");
+  if (c.post_loop_norm == PostLoopNorm::Own) add_norm(m, c, "post_loop_norm");
+  if (c.final_norm) add_norm(m, c, "final_norm");
+  if (!c.tie_embeddings) m["head.weight"] = {c.vocab_size, c.dim};
+  if (c.exit_gate) {
+    m["exit_gate.weight"] = {1, c.dim};
+    m["exit_gate.bias"] = {1};
+  }
+  return m;
+}
+
+}  // namespace tinyloop

@@ -1,0 +1,410 @@
+// The .tinyloop container: memory-map a safetensors file and validate every byte we will use
+// (docs/model-format.md, "Layout" and "The loader checks"). The file is untrusted input: every
+// size is computed with overflow checks and every offset is checked against the mapping before
+// a pointer into it is formed.
+#include "tinyloop/model_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "tinyloop/errors.h"
+
+namespace tinyloop {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr uint64_t kHeaderLenBytes = 8;
+constexpr const char* kMetadataKey = "__metadata__";
+constexpr const char* kFormatVersion = "1";
+
+std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+// Every FormatError names the file, so a message is useful on its own in a log.
+[[noreturn]] void fail(const std::string& path, const std::string& msg) {
+  throw FormatError("model file " + quoted(path) + ": " + msg);
+}
+
+[[noreturn]] void fail_tensor(const std::string& path, const std::string& name,
+                              const std::string& msg) {
+  fail(path, "tensor " + quoted(name) + ": " + msg);
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// ---- the OS side: open, size, map ----
+
+// Closes the descriptor on every path out of open(); the mapping outlives it.
+struct FdGuard {
+  int fd;
+  ~FdGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+int open_readonly(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw FileNotFound("cannot open model file " + quoted(path) + ": " + std::strerror(errno));
+  return fd;
+}
+
+uint64_t regular_file_size(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    throw FileNotFound("cannot stat model file " + quoted(path) + ": " + std::strerror(errno));
+  // A directory opens fine with O_RDONLY but is no file to read.
+  if (!S_ISREG(st.st_mode)) throw FileNotFound("model file " + quoted(path) + " is not a regular file");
+  return uint64_t(st.st_size);
+}
+
+void* map_file(int fd, uint64_t size, const std::string& path) {
+  if (size > uint64_t(std::numeric_limits<size_t>::max())) fail(path, "file too large to map");
+  void* p = ::mmap(nullptr, size_t(size), PROT_READ, MAP_PRIVATE, fd, 0);
+  if (p == MAP_FAILED) fail(path, std::string("mmap failed: ") + std::strerror(errno));
+  return p;
+}
+
+// ---- header: length prefix and JSON ----
+
+uint64_t read_u64_le(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+void check_min_size(uint64_t size, const std::string& path) {
+  if (size <= kHeaderLenBytes)
+    fail(path, "file is " + std::to_string(size) + " bytes, too short for a header (needs more than 8)");
+}
+
+// Length of the JSON header, checked to fit in the file after the 8-byte prefix.
+uint64_t header_length(const uint8_t* bytes, uint64_t size, const std::string& path) {
+  const uint64_t n = read_u64_le(bytes);
+  // Compare against size - 8 rather than n + 8 > size, which could wrap.
+  if (n > size - kHeaderLenBytes)
+    fail(path, "header length " + std::to_string(n) + " does not fit in the file (" +
+                   std::to_string(size) + " bytes)");
+  return n;
+}
+
+json parse_header(const uint8_t* begin, uint64_t n, const std::string& path) {
+  json j;
+  try {
+    j = json::parse(begin, begin + n);
+  } catch (const json::exception& e) {
+    fail(path, std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) fail(path, "header is not a JSON object");
+  return j;
+}
+
+// ---- metadata ----
+
+std::map<std::string, std::string> read_metadata(const json& header, const std::string& path) {
+  const auto it = header.find(kMetadataKey);
+  if (it == header.end()) fail(path, "header has no __metadata__ (format, format_version, config)");
+  if (!it->is_object()) fail(path, "__metadata__ is not an object of string to string");
+  std::map<std::string, std::string> md;
+  for (const auto& [key, value] : it->items()) {
+    if (!value.is_string()) fail(path, "__metadata__ value of " + quoted(key) + " is not a string");
+    md[key] = value.get<std::string>();
+  }
+  return md;
+}
+
+const std::string& required_key(const std::map<std::string, std::string>& md, const char* key,
+                                const std::string& path) {
+  const auto it = md.find(key);
+  if (it == md.end()) fail(path, std::string("__metadata__ is missing ") + quoted(key));
+  return it->second;
+}
+
+// Checked before the tensors, so a newer file is refused as "unknown version" rather than
+// for some dtype or layout this reader happens not to know.
+void check_format(const std::map<std::string, std::string>& md, const std::string& path) {
+  const std::string& format = required_key(md, "format", path);
+  if (format != "tinyloop") fail(path, "__metadata__ format is " + quoted(format) + ", expected 'tinyloop'");
+  const std::string& version = required_key(md, "format_version", path);
+  if (version != kFormatVersion)
+    fail(path, "unknown format_version " + quoted(version) + " (this reader knows version 1)");
+}
+
+ModelConfig read_config(const std::map<std::string, std::string>& md, const std::string& path) {
+  const std::string& text = required_key(md, "config", path);
+  try {
+    return parse_config(text);
+  } catch (const FormatError& e) {
+    fail(path, e.what());  // parse_config's message already says "config: <field> ..."
+  }
+}
+
+// ---- one tensor entry ----
+
+struct DTypeInfo {
+  const char* name;
+  StoredDType dtype;
+  uint64_t size;
+};
+
+constexpr DTypeInfo kDTypes[] = {
+    {"F32", StoredDType::F32, 4}, {"F16", StoredDType::F16, 2}, {"BF16", StoredDType::BF16, 2},
+    {"I8", StoredDType::I8, 1},   {"U8", StoredDType::U8, 1},   {"I32", StoredDType::I32, 4},
+    {"I64", StoredDType::I64, 8}, {"F64", StoredDType::F64, 8},
+};
+
+const DTypeInfo* find_dtype(const std::string& name) {
+  for (const auto& d : kDTypes)
+    if (name == d.name) return &d;
+  return nullptr;
+}
+
+// A tensor entry before it is bound to the mapping: offsets relative to the data section.
+struct Entry {
+  TensorInfo info;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
+void check_entry_keys(const std::string& name, const json& v, const std::string& path) {
+  if (!v.is_object()) fail_tensor(path, name, "entry is not a JSON object");
+  for (const auto& [key, value] : v.items())
+    if (key != "dtype" && key != "shape" && key != "data_offsets")
+      fail_tensor(path, name, "unknown key " + quoted(key));
+}
+
+const json& member(const std::string& name, const json& v, const char* key, const std::string& path) {
+  const auto it = v.find(key);
+  if (it == v.end()) fail_tensor(path, name, std::string("missing ") + quoted(key));
+  return *it;
+}
+
+const DTypeInfo& read_dtype(const std::string& name, const json& v, const std::string& path) {
+  const json& d = member(name, v, "dtype", path);
+  if (!d.is_string()) fail_tensor(path, name, "dtype is not a string");
+  const DTypeInfo* info = find_dtype(d.get<std::string>());
+  if (!info) fail_tensor(path, name, "unknown dtype " + quoted(d.get<std::string>()));
+  return *info;
+}
+
+// One shape dimension: a JSON integer in [0, INT64_MAX].
+int64_t read_dim(const std::string& name, const json& d, const std::string& path) {
+  if (!d.is_number_integer()) fail_tensor(path, name, "shape holds a non-integer");
+  if (d.is_number_unsigned()) {
+    if (d.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+      fail_tensor(path, name, "shape dimension too large (size overflow)");
+    return d.get<int64_t>();
+  }
+  const int64_t v = d.get<int64_t>();
+  if (v < 0) fail_tensor(path, name, "negative dimension " + std::to_string(v) + " in shape");
+  return v;
+}
+
+std::vector<int64_t> read_shape(const std::string& name, const json& v, const std::string& path) {
+  const json& s = member(name, v, "shape", path);
+  if (!s.is_array()) fail_tensor(path, name, "shape is not a list");
+  std::vector<int64_t> shape;
+  for (const json& d : s) shape.push_back(read_dim(name, d, path));
+  return shape;
+}
+
+uint64_t read_offset(const std::string& name, const json& d, const std::string& path) {
+  if (!d.is_number_unsigned()) fail_tensor(path, name, "data_offsets must be non-negative integers");
+  return d.get<uint64_t>();
+}
+
+// Byte size of shape x element size, refusing anything that does not fit in 64 bits.
+uint64_t checked_nbytes(const std::string& name, const std::vector<int64_t>& shape,
+                        uint64_t elem_size, const std::string& path) {
+  uint64_t n = elem_size;
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(n, uint64_t(d), &n))
+      fail_tensor(path, name, "byte size of shape " + shape_str(shape) + " overflows (size overflow)");
+  return n;
+}
+
+Entry read_entry(const std::string& name, const json& v, uint64_t data_size, const std::string& path) {
+  check_entry_keys(name, v, path);
+  const DTypeInfo& dt = read_dtype(name, v, path);
+  Entry e;
+  e.info.name = name;
+  e.info.dtype = dt.dtype;
+  e.info.dtype_name = dt.name;
+  e.info.shape = read_shape(name, v, path);
+  e.info.nbytes = checked_nbytes(name, e.info.shape, dt.size, path);
+
+  const json& off = member(name, v, "data_offsets", path);
+  if (!off.is_array() || off.size() != 2) fail_tensor(path, name, "data_offsets is not [begin, end]");
+  e.begin = read_offset(name, off[0], path);
+  e.end = read_offset(name, off[1], path);
+  if (e.begin > e.end)
+    fail_tensor(path, name, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                                "] end before they begin");
+  if (e.end > data_size)
+    fail_tensor(path, name, "data_offsets end " + std::to_string(e.end) +
+                                " beyond the file (data section is " + std::to_string(data_size) + " bytes)");
+  if (e.end - e.begin != e.info.nbytes)
+    fail_tensor(path, name, "shape " + shape_str(e.info.shape) + " of " + dt.name + " is " +
+                                std::to_string(e.info.nbytes) + " bytes but data_offsets span " +
+                                std::to_string(e.end - e.begin) + " (size mismatch)");
+  return e;
+}
+
+// ---- the data section as a whole ----
+
+// Sorted by offset, the tensors must tile [0, data_size) exactly: no overlap, no hole.
+void check_tiling(std::vector<const Entry*> entries, uint64_t data_size, const std::string& path) {
+  std::sort(entries.begin(), entries.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t covered = 0;
+  const Entry* prev = nullptr;
+  for (const Entry* e : entries) {
+    if (e->begin < covered)
+      fail(path, "tensors " + quoted(prev->info.name) + " and " + quoted(e->info.name) + " overlap");
+    if (e->begin > covered)
+      fail(path, "hole in the data section: bytes [" + std::to_string(covered) + ", " +
+                     std::to_string(e->begin) + ") belong to no tensor");
+    covered = e->end;
+    prev = e;
+  }
+  if (covered != data_size)
+    fail(path, "hole in the data section: bytes [" + std::to_string(covered) + ", " +
+                   std::to_string(data_size) + ") at its end belong to no tensor");
+}
+
+uint64_t element_size(StoredDType t) {
+  for (const auto& d : kDTypes)
+    if (d.dtype == t) return d.size;
+  return 1;
+}
+
+// The engine computes straight from the mapping (page-aligned), so a tensor's file offset
+// must be a multiple of its element size or its typed loads would be misaligned.
+void check_alignment(const Entry& e, uint64_t data_start, const std::string& path) {
+  const uint64_t elem = element_size(e.info.dtype);
+  if ((data_start + e.begin) % elem != 0)
+    fail_tensor(path, e.info.name, "starts at file offset " + std::to_string(data_start + e.begin) +
+                                       ", not a multiple of its element size " + std::to_string(elem));
+}
+
+// ---- tensors against the config ----
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Norm weights and all biases are F32 in version 1; everything else is a computable weight.
+bool must_be_f32(const std::string& name) {
+  return ends_with(name, ".bias") || ends_with(name, "norm.weight");
+}
+
+void check_dtype(const TensorInfo& t, const std::string& path) {
+  if (must_be_f32(t.name)) {
+    if (t.dtype != StoredDType::F32)
+      fail_tensor(path, t.name, "dtype " + t.dtype_name + " not supported: norms and biases must be F32");
+    return;
+  }
+  const bool computable = t.dtype == StoredDType::F32 || t.dtype == StoredDType::F16 ||
+                          t.dtype == StoredDType::BF16;
+  if (!computable)
+    fail_tensor(path, t.name, "dtype " + t.dtype_name +
+                                  " not supported by format version 1 (weights must be F32, F16 or BF16)");
+}
+
+void check_layer_count(const ModelConfig& c, size_t n_tensors, const std::string& path) {
+  // Each layer needs at least 6 tensors (2 norms, qkv, wo, up, down). Refusing early keeps a
+  // config with a huge layer count from building a huge expected-name map first.
+  const uint64_t layers = uint64_t(c.n_pre_blocks) + uint64_t(c.n_loop_layers) + uint64_t(c.n_post_blocks);
+  if (layers > n_tensors / 6)
+    fail(path, "config needs " + std::to_string(layers) + " layers but the file holds only " +
+                   std::to_string(n_tensors) + " tensors (tensors missing)");
+}
+
+void check_against_config(const ModelConfig& c, const std::map<std::string, TensorInfo>& tensors,
+                          const std::string& path) {
+  check_layer_count(c, tensors.size(), path);
+  const auto expected = expected_tensor_shapes(c);
+  for (const auto& [name, shape] : expected) {
+    const auto it = tensors.find(name);
+    if (it == tensors.end()) fail_tensor(path, name, "required by the config but missing");
+    if (it->second.shape != shape)
+      fail_tensor(path, name, "wrong shape: expected " + shape_str(shape) + ", found " +
+                                  shape_str(it->second.shape));
+    check_dtype(it->second, path);
+  }
+  for (const auto& [name, info] : tensors)
+    if (!expected.count(name)) fail_tensor(path, name, "left over: not used by the config");
+}
+
+}  // namespace
+
+std::shared_ptr<const ModelFile> ModelFile::open(const std::string& path) {
+  FdGuard fd{open_readonly(path)};
+  const uint64_t size = regular_file_size(fd.fd, path);
+  check_min_size(size, path);  // also keeps mmap from seeing a zero length
+
+  // Owned from here on, so the destructor unmaps on every failure below.
+  std::shared_ptr<ModelFile> f(new ModelFile());
+  f->path_ = path;
+  f->size_ = size;
+  f->map_ = map_file(fd.fd, size, path);
+  const auto* bytes = static_cast<const uint8_t*>(f->map_);
+
+  const uint64_t n = header_length(bytes, size, path);
+  const json header = parse_header(bytes + kHeaderLenBytes, n, path);
+  f->metadata_ = read_metadata(header, path);
+  check_format(f->metadata_, path);
+
+  const uint64_t data_start = kHeaderLenBytes + n;
+  const uint64_t data_size = size - data_start;
+  std::vector<Entry> entries;
+  for (const auto& [name, value] : header.items())
+    if (name != kMetadataKey) entries.push_back(read_entry(name, value, data_size, path));
+  std::vector<const Entry*> order;
+  for (const Entry& e : entries) order.push_back(&e);
+  check_tiling(order, data_size, path);
+
+  for (Entry& e : entries) {
+    check_alignment(e, data_start, path);
+    e.info.data = bytes + data_start + e.begin;  // in bounds: end <= data_size was checked
+    f->tensors_.emplace(e.info.name, std::move(e.info));
+  }
+  f->config_ = read_config(f->metadata_, path);
+  check_against_config(f->config_, f->tensors_, path);
+  return f;
+}
+
+ModelFile::~ModelFile() {
+  if (map_) ::munmap(map_, size_t(size_));
+}
+
+const TensorInfo* ModelFile::find(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+std::string ModelFile::tokenizer_json() const {
+  const auto it = metadata_.find("tokenizer");
+  return it == metadata_.end() ? std::string() : it->second;
+}
+
+std::string ModelFile::chat_template() const {
+  const auto it = metadata_.find("chat_template");
+  return it == metadata_.end() ? std::string() : it->second;
+}
+
+}  // namespace tinyloop

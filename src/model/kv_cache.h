@@ -1,0 +1,65 @@
+// KV storage of one sequence: one slot per layer application (DESIGN.md section 2).
+// Slot order: pre layers, then (iteration i, loop layer j) for i < loops, then post layers.
+// Each slot holds `capacity` rows of K and of V, [n_kv_heads, head_dim] each; the row of
+// absolute position p is p % capacity, so a capacity below the sequence length is a ring
+// buffer (cache_window).
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "model/memory_tracker.h"
+#include "ops/ops.h"
+#include "tinyloop/config.h"
+
+namespace tinyloop::model {
+
+// Where each layer application's KV lives for a forward at `loops` iterations.
+struct SlotLayout {
+  int64_t n_pre = 0, n_loop = 0, n_post = 0, loops = 0;
+  SlotLayout() = default;
+  SlotLayout(const ModelConfig& c, int64_t loops_)
+      : n_pre(c.n_pre_blocks), n_loop(c.n_loop_layers), n_post(c.n_post_blocks), loops(loops_) {}
+  int64_t pre(int64_t i) const { return i; }
+  int64_t loop(int64_t iteration, int64_t j) const { return n_pre + iteration * n_loop + j; }
+  int64_t post(int64_t k) const { return n_pre + loops * n_loop + k; }
+  int64_t count() const { return n_pre + loops * n_loop + n_post; }
+};
+
+class KvCache {
+ public:
+  // window: 0 = every earlier position is visible; W > 0 = a query at p sees p-W+1 .. p.
+  // capacity: rows per slot; a sequence longer than capacity wraps (needs window > 0).
+  KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t window,
+          ops::KvDType dtype, MemoryTracker* tracker);
+
+  const SlotLayout& layout() const { return layout_; }
+  int64_t loops() const { return layout_.loops; }
+  int64_t capacity() const { return capacity_; }
+  int64_t window() const { return window_; }
+  ops::KvDType dtype() const { return dtype_; }
+  // Positions written so far; the next token goes to this absolute position.
+  int64_t length() const { return length_; }
+  void advance(int64_t n) { length_ += n; }
+  int64_t bytes() const { return bytes_; }
+
+  ops::KvView view(int64_t slot) const;
+  void* k_data(int64_t slot);
+  void* v_data(int64_t slot);
+  int64_t n_kv_heads() const { return n_kv_heads_; }
+  int64_t head_dim() const { return head_dim_; }
+  // First key position visible to a query at absolute position p.
+  int64_t first_visible(int64_t p) const { return window_ > 0 && p - window_ + 1 > 0 ? p - window_ + 1 : 0; }
+
+ private:
+  SlotLayout layout_;
+  int64_t capacity_, window_, n_kv_heads_, head_dim_;
+  ops::KvDType dtype_;
+  int64_t row_bytes_;    // one position's K (or V) in one slot
+  int64_t slot_bytes_;   // K and V of one slot
+  int64_t bytes_;
+  int64_t length_ = 0;
+  std::unique_ptr<uint8_t[]> data_;  // [slots][K|V][capacity][n_kv_heads * head_dim]
+  TrackedBytes tracked_;
+};
+
+}  // namespace tinyloop::model

@@ -1,0 +1,132 @@
+#include "model/layer.h"
+
+#include <cstring>
+
+namespace tinyloop::model {
+namespace {
+
+int64_t q_width(const ModelConfig& c) { return c.n_heads * c.head_dim; }
+int64_t kv_width(const ModelConfig& c) { return c.n_kv_heads * c.head_dim; }
+
+void linear(const Linear& l, const float* x, int64_t T, float* y) {
+  ops::matmul(x, T, l.w, l.bias, y);
+}
+
+// q/k/v [T, *] from the normed input, fused or split.
+void project_qkv(const ModelConfig& c, const LayerWeights& L, const float* x, int64_t T,
+                 Workspace& ws) {
+  const int64_t qw = q_width(c), kw = kv_width(c);
+  if (!c.qkv_fused) {
+    linear(L.wq, x, T, ws.q.data());
+    linear(L.wk, x, T, ws.k.data());
+    linear(L.wv, x, T, ws.v.data());
+    return;
+  }
+  const int64_t row = qw + 2 * kw;
+  linear(L.wqkv, x, T, ws.qkv.data());  // [T, q | k | v]
+  for (int64_t t = 0; t < T; ++t) {
+    const float* r = ws.qkv.data() + t * row;
+    std::memcpy(ws.q.data() + t * qw, r, sizeof(float) * qw);
+    std::memcpy(ws.k.data() + t * kw, r + qw, sizeof(float) * kw);
+    std::memcpy(ws.v.data() + t * kw, r + qw + kw, sizeof(float) * kw);
+  }
+}
+
+// ws.proj[T, D] = attention sublayer output (before the residual) of normed input x.
+void attention_sublayer(const ModelConfig& c, const LayerWeights& L, int64_t slot,
+                        const float* x, const int64_t* pos, int64_t T, KvCache& kv,
+                        Workspace& ws) {
+  project_qkv(c, L, x, T, ws);
+  if (c.uses_rope()) {
+    const auto layout = c.pos_encoding == PosEncoding::RopeHalf ? ops::RopeLayout::Half
+                                                                 : ops::RopeLayout::Interleaved;
+    const float theta = static_cast<float>(c.rope_theta);
+    ops::rope(ws.q.data(), T, c.n_heads, c.head_dim, pos, theta, layout);
+    ops::rope(ws.k.data(), T, c.n_kv_heads, c.head_dim, pos, theta, layout);
+  }
+  ops::kv_write(kv.dtype(), kv.k_data(slot), kv.v_data(slot), kv.capacity(), c.n_kv_heads,
+                c.head_dim, ws.k.data(), ws.v.data(), pos, T);
+  for (int64_t t = 0; t < T; ++t) ws.k_lo[t] = kv.first_visible(pos[t]);
+  ops::attention(ws.q.data(), T, c.n_heads, kv.view(slot), pos, ws.k_lo.data(), ws.attn.data());
+  linear(L.wo, ws.attn.data(), T, ws.proj.data());
+}
+
+// ws.proj[T, D] = MLP sublayer output (before the residual) of normed input x.
+void mlp_sublayer(const ModelConfig& c, const LayerWeights& L, const float* x, int64_t T,
+                  Workspace& ws) {
+  const int64_t n = T * c.ffn_dim;
+  linear(L.w_up, x, T, ws.up.data());
+  if (c.mlp == MlpType::SwiGLU) {
+    linear(L.w_gate, x, T, ws.gate.data());
+    ops::silu_mul(ws.gate.data(), ws.up.data(), n, ws.up.data());
+  } else {
+    ops::gelu(ws.up.data(), n, c.mlp == MlpType::GELUTanh);
+  }
+  linear(L.w_down, ws.up.data(), T, ws.proj.data());
+}
+
+// Adds the sublayer output ws.proj into the residual h per the norm placement:
+//   pre:    h = h + f          huginn: h = post(h + f)          ouro: h = h + post(f)
+void residual(const ModelConfig& c, const NormWeights& post, float* h, int64_t T, Workspace& ws) {
+  const int64_t n = T * c.dim;
+  switch (c.norm_placement) {
+    case NormPlacement::Pre:
+      ops::add(h, ws.proj.data(), n, h);
+      break;
+    case NormPlacement::HuginnSandwich:
+      ops::add(h, ws.proj.data(), n, h);
+      apply_norm(c, post, h, T, h);
+      break;
+    case NormPlacement::OuroSandwich:
+      apply_norm(c, post, ws.proj.data(), T, ws.proj.data());
+      ops::add(h, ws.proj.data(), n, h);
+      break;
+  }
+}
+
+}  // namespace
+
+void Workspace::reserve(const ModelConfig& c, int64_t T) {
+  auto grow = [](std::vector<float>& b, int64_t n) {
+    if (static_cast<int64_t>(b.size()) < n) b.resize(n);
+  };
+  const int64_t qw = q_width(c), kw = kv_width(c);
+  grow(normed, T * c.dim);
+  if (c.qkv_fused) grow(qkv, T * (qw + 2 * kw));
+  grow(q, T * qw);
+  grow(k, T * kw);
+  grow(v, T * kw);
+  grow(attn, T * qw);
+  grow(proj, T * c.dim);
+  if (c.mlp == MlpType::SwiGLU) grow(gate, T * c.ffn_dim);
+  grow(up, T * c.ffn_dim);
+  if (c.inject == Inject::LinearConcat) grow(concat, T * 2 * c.dim);
+  if (static_cast<int64_t>(k_lo.size()) < T) k_lo.resize(T);
+}
+
+int64_t Workspace::bytes() const {
+  int64_t n = 0;
+  for (const auto* b : {&normed, &qkv, &q, &k, &v, &attn, &proj, &gate, &up, &concat})
+    n += static_cast<int64_t>(b->capacity() * sizeof(float));
+  return n + static_cast<int64_t>(k_lo.capacity() * sizeof(int64_t));
+}
+
+void apply_norm(const ModelConfig& c, const NormWeights& n, const float* x, int64_t T, float* y) {
+  const float eps = static_cast<float>(c.norm_eps);
+  if (c.norm_type == NormType::RMSNorm)
+    ops::rmsnorm(x, T, c.dim, n.w, eps, y);
+  else
+    ops::layernorm(x, T, c.dim, n.w, n.b, eps, y);
+}
+
+void run_layer(const ModelConfig& c, const LayerWeights& L, int64_t slot, float* h,
+               const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws) {
+  apply_norm(c, L.attn_norm, h, T, ws.normed.data());
+  attention_sublayer(c, L, slot, ws.normed.data(), pos, T, kv, ws);
+  residual(c, L.attn_post_norm, h, T, ws);
+  apply_norm(c, L.mlp_norm, h, T, ws.normed.data());
+  mlp_sublayer(c, L, ws.normed.data(), T, ws);
+  residual(c, L.mlp_post_norm, h, T, ws);
+}
+
+}  // namespace tinyloop::model

@@ -1,0 +1,139 @@
+#include "model/looped_model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "model/init_state.h"
+
+namespace tinyloop::model {
+
+LoopedModel::LoopedModel(std::shared_ptr<const ModelFile> file)
+    : file_(std::move(file)), cfg_(file_->config()), w_(bind_weights(*file_)) {}
+
+void LoopedModel::prelude(const int32_t* tokens, const int64_t* pos, int64_t T, KvCache& kv,
+                          Workspace& ws, float* x) const {
+  const int64_t D = cfg_.dim;
+  const float scale = static_cast<float>(cfg_.embed_scale);
+  std::vector<float> row(cfg_.pos_encoding == PosEncoding::Learned ? D : 0);  // [D]
+  for (int64_t t = 0; t < T; ++t) {
+    float* xt = x + t * D;
+    ops::weight_row_to_f32(w_.embed, tokens[t], xt);
+    for (int64_t i = 0; i < D; ++i) xt[i] *= scale;
+    if (cfg_.pos_encoding == PosEncoding::Learned) {
+      if (pos[t] >= w_.pos_emb.rows)
+        throw std::out_of_range("position " + std::to_string(pos[t]) +
+                                " beyond the learned position table (" +
+                                std::to_string(w_.pos_emb.rows) + " rows)");
+      ops::weight_row_to_f32(w_.pos_emb, pos[t], row.data());
+      ops::add(xt, row.data(), D, xt);
+    }
+  }
+  for (int64_t i = 0; i < cfg_.n_pre_blocks; ++i)
+    run_layer(cfg_, w_.pre[i], kv.layout().pre(i), x, pos, T, kv, ws);
+}
+
+void LoopedModel::initial_state(const float* x, const int64_t* pos, int64_t T, float* s) const {
+  const int64_t n = T * cfg_.dim;
+  switch (cfg_.init_state) {
+    case InitState::Input:
+      std::memcpy(s, x, sizeof(float) * n);
+      break;
+    case InitState::Zeros:
+      std::fill(s, s + n, 0.0f);
+      break;
+    case InitState::Random:
+      random_initial_state(cfg_.init_state_seed, pos, T, cfg_.dim, cfg_.init_state_std, s);
+      break;
+  }
+}
+
+void LoopedModel::iteration(int64_t i, float* s, const float* x, const int64_t* pos, int64_t T,
+                            KvCache& kv, Workspace& ws) const {
+  const int64_t D = cfg_.dim;
+  switch (cfg_.inject) {
+    case Inject::None:
+      break;
+    case Inject::Add:
+      ops::add(s, x, T * D, s);
+      break;
+    case Inject::LinearConcat: {
+      float* cat = ws.concat.data();  // [T, 2D] = [s | x] per row
+      for (int64_t t = 0; t < T; ++t) {
+        std::memcpy(cat + t * 2 * D, s + t * D, sizeof(float) * D);
+        std::memcpy(cat + t * 2 * D + D, x + t * D, sizeof(float) * D);
+      }
+      ops::matmul(cat, T, w_.inject.w, w_.inject.bias, s);
+      break;
+    }
+  }
+  for (int64_t j = 0; j < cfg_.n_loop_layers; ++j)
+    run_layer(cfg_, w_.loop[j], kv.layout().loop(i, j), s, pos, T, kv, ws);
+  if (cfg_.loop_norm) apply_norm(cfg_, w_.loop_norm, s, T, s);
+}
+
+void LoopedModel::readout(float* s, const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws,
+                          LogitRows rows, float* logits) const {
+  const int64_t D = cfg_.dim;
+  if (cfg_.post_loop_norm != PostLoopNorm::None) apply_norm(cfg_, w_.post_loop_norm, s, T, s);
+  for (int64_t k = 0; k < cfg_.n_post_blocks; ++k)
+    run_layer(cfg_, w_.post[k], kv.layout().post(k), s, pos, T, kv, ws);
+  const float* y = s;
+  int64_t n = T;
+  if (rows == LogitRows::Last) {
+    y = s + (T - 1) * D;
+    n = 1;
+  }
+  float* normed = ws.normed.data();  // [n, D]
+  if (cfg_.final_norm)
+    apply_norm(cfg_, w_.final_norm, y, n, normed);
+  else
+    std::memcpy(normed, y, sizeof(float) * n * D);
+  ops::matmul(normed, n, w_.head, nullptr, logits);
+}
+
+int64_t LoopedModel::max_chunk(const KvCache& kv, int64_t T) const {
+  const int64_t end = kv.length() + T;
+  if (end <= kv.capacity()) return T;  // nothing wraps
+  // A chunk of n tokens writes n rows; the first query still needs window - 1 older rows.
+  const int64_t room = kv.capacity() - kv.window() + 1;
+  if (kv.window() <= 0 || room < 1)
+    throw std::logic_error("KV cache of capacity " + std::to_string(kv.capacity()) +
+                           " cannot hold position " + std::to_string(end - 1));
+  return std::min(T, room);
+}
+
+void LoopedModel::forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRows rows,
+                          std::vector<float>& logits) const {
+  if (T < 1) throw std::invalid_argument("forward needs at least one token");
+  const int64_t D = cfg_.dim, V = cfg_.vocab_size;
+  logits.resize((rows == LogitRows::All ? T : 1) * V);
+  Workspace ws;
+  int64_t done = 0;
+  while (done < T) {
+    const int64_t n = max_chunk(kv, T - done);
+    ws.reserve(cfg_, n);
+    TrackedBytes ws_bytes(&memory_, ws.bytes() + 2 * n * D * int64_t(sizeof(float)));
+    std::vector<int64_t> pos(n);                      // [n] absolute positions
+    for (int64_t t = 0; t < n; ++t) pos[t] = kv.length() + t;
+    std::vector<float> x(n * D), s(n * D);            // [n, D] loop input, loop state
+    prelude(tokens + done, pos.data(), n, kv, ws, x.data());
+    initial_state(x.data(), pos.data(), n, s.data());
+    for (int64_t i = 0; i < kv.loops(); ++i) iteration(i, s.data(), x.data(), pos.data(), n, kv, ws);
+    const bool last_chunk = done + n == T;
+    if (rows == LogitRows::All) {
+      readout(s.data(), pos.data(), n, kv, ws, LogitRows::All, logits.data() + done * V);
+    } else if (last_chunk) {
+      readout(s.data(), pos.data(), n, kv, ws, LogitRows::Last, logits.data());
+    } else {
+      // Earlier chunks still need their post-block K/V; their logits are not wanted.
+      std::vector<float> unused(V);
+      readout(s.data(), pos.data(), n, kv, ws, LogitRows::Last, unused.data());
+    }
+    kv.advance(n);
+    done += n;
+  }
+}
+
+}  // namespace tinyloop::model

@@ -1,0 +1,64 @@
+// The looped forward (DESIGN.md sections 1-2) over T new tokens of one sequence.
+//
+// The forward is split at the points every loop-depth feature needs: the state after
+// iteration i is a valid input to iteration i + 1, and logits can be read out of any
+// iteration. prelude() -> initial_state() -> iteration(0..L-1) -> readout() is exactly
+// forward(); early exit, logit lens, warm-start resume and self-speculation compose these
+// same four steps instead of re-implementing the model.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/kv_cache.h"
+#include "model/layer.h"
+#include "model/memory_tracker.h"
+#include "model/weights.h"
+#include "tinyloop/model_file.h"
+
+namespace tinyloop::model {
+
+// Which rows of a forward get logits.
+enum class LogitRows { Last, All };
+
+class LoopedModel {
+ public:
+  explicit LoopedModel(std::shared_ptr<const ModelFile> file);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelWeights& weights() const { return w_; }
+  const ModelFile& file() const { return *file_; }
+  MemoryTracker& memory() const { return memory_; }
+
+  // x[T, D] = pre_blocks(embed[tokens] * embed_scale (+ pos_emb[pos])). Writes pre slots.
+  void prelude(const int32_t* tokens, const int64_t* pos, int64_t T, KvCache& kv,
+               Workspace& ws, float* x) const;
+  // s[T, D] = the loop's initial state for inputs x[T, D] at positions pos[T].
+  void initial_state(const float* x, const int64_t* pos, int64_t T, float* s) const;
+  // s[T, D] <- iteration `i` (0-based) of the loop: inject x, loop layers, loop norm.
+  // Writes the slots of iteration i.
+  void iteration(int64_t i, float* s, const float* x, const int64_t* pos, int64_t T,
+                 KvCache& kv, Workspace& ws) const;
+  // logits[rows, V] from the loop state s[T, D] (s is clobbered): post-loop norm, post
+  // blocks (writing the post slots), final norm, head. rows = 1 (Last) or T (All).
+  void readout(float* s, const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws,
+               LogitRows rows, float* logits) const;
+
+  // The whole forward of T new tokens appended to the sequence in kv (positions
+  // kv.length() ..), at kv.loops() iterations. Advances kv. logits: [1 or T, V].
+  // Long inputs are processed in chunks that fit the ring when kv is windowed.
+  void forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRows rows,
+               std::vector<float>& logits) const;
+
+  // The largest T one forward step may take on kv without overwriting keys its own
+  // queries still need (the whole input when kv is not a ring).
+  int64_t max_chunk(const KvCache& kv, int64_t T) const;
+
+ private:
+  std::shared_ptr<const ModelFile> file_;
+  const ModelConfig& cfg_;
+  ModelWeights w_;
+  mutable MemoryTracker memory_;
+};
+
+}  // namespace tinyloop::model

@@ -1,0 +1,54 @@
+// The model's weights, bound by name from a mapped ModelFile to the config's structure.
+// Nothing is copied: every pointer points into the mapping (which the ModelFile keeps alive).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "ops/ops.h"
+#include "tinyloop/config.h"
+#include "tinyloop/model_file.h"
+
+namespace tinyloop::model {
+
+// A norm's parameters: w [D], b [D] or nullptr.
+struct NormWeights {
+  const float* w = nullptr;
+  const float* b = nullptr;
+};
+
+// A linear layer: W [out, in] in its stored dtype, bias [out] (float) or nullptr.
+struct Linear {
+  ops::WeightView w;
+  const float* bias = nullptr;
+};
+
+// One transformer layer (used for pre, loop and post layers alike).
+struct LayerWeights {
+  NormWeights attn_norm;       // n1
+  NormWeights attn_post_norm;  // n2 (sandwich placements only)
+  NormWeights mlp_norm;        // n3
+  NormWeights mlp_post_norm;   // n4 (sandwich placements only)
+  Linear wqkv;                 // [(H + 2 KVH) hd, D] when qkv_fused
+  Linear wq, wk, wv;           // [H hd, D], [KVH hd, D], [KVH hd, D] otherwise
+  Linear wo;                   // [D, H hd]
+  Linear w_gate;               // [F, D] (swiglu)
+  Linear w_up;                 // [F, D]
+  Linear w_down;               // [D, F]
+};
+
+struct ModelWeights {
+  ops::WeightView embed;       // [V, D]
+  ops::WeightView pos_emb;     // [max_seq_len, D] (learned positions)
+  Linear inject;               // [D, 2D] (linear_concat)
+  std::vector<LayerWeights> pre, loop, post;
+  NormWeights loop_norm, post_loop_norm, final_norm;
+  ops::WeightView head;        // [V, D] (embed when tied)
+  Linear exit_gate;            // [1, D] + bias [1]
+  uint64_t bytes = 0;          // total bytes of all tensors of the file
+};
+
+// Binds every tensor the config needs (the ModelFile has already checked names, shapes and
+// dtypes against the config).
+ModelWeights bind_weights(const ModelFile& file);
+
+}  // namespace tinyloop::model

@@ -1,0 +1,63 @@
+// Helpers shared by the ops tests: deterministic random data and storing float values as a
+// WeightView dtype. Test-only (not part of tinyloop_ops).
+#pragma once
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "ops/ops.h"
+
+namespace tinyloop::ops::testing {
+
+// Unit roundoff of float: the relative error of one correctly rounded float operation.
+inline constexpr double kU = 1.0 / (1 << 24);
+
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.f,
+                                        float hi = 1.f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// A weight matrix stored in `dtype`, plus its exact decoded values (what the kernel sees),
+// which the double-precision oracles use.
+struct StoredWeight {
+  DType dtype;
+  std::vector<float> f32;      // [N, K] when dtype == F32
+  std::vector<uint16_t> u16;   // [N, K] when dtype is F16 / BF16
+  std::vector<double> decoded; // [N, K]
+  int64_t N = 0, K = 0;
+  WeightView view() const {
+    WeightView w;
+    w.dtype = dtype;
+    w.data = dtype == DType::F32 ? static_cast<const void*>(f32.data())
+                                 : static_cast<const void*>(u16.data());
+    w.rows = N;
+    w.cols = K;
+    return w;
+  }
+};
+
+inline StoredWeight store_weight(const std::vector<float>& src, int64_t N, int64_t K,
+                                 DType dtype) {
+  StoredWeight s;
+  s.dtype = dtype;
+  s.N = N;
+  s.K = K;
+  s.decoded.resize(src.size());
+  if (dtype == DType::F32) {
+    s.f32 = src;
+    for (size_t i = 0; i < src.size(); ++i) s.decoded[i] = src[i];
+  } else {
+    s.u16.resize(src.size());
+    for (size_t i = 0; i < src.size(); ++i) {
+      s.u16[i] = dtype == DType::F16 ? f32_to_f16(src[i]) : f32_to_bf16(src[i]);
+      s.decoded[i] = dtype == DType::F16 ? f16_to_f32(s.u16[i]) : bf16_to_f32(s.u16[i]);
+    }
+  }
+  return s;
+}
+
+}  // namespace tinyloop::ops::testing

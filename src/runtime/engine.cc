@@ -1,0 +1,134 @@
+#include "runtime/engine.h"
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace tinyloop::runtime {
+namespace {
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+
+ops::KvDType parse_kv_mode(const std::optional<std::string>& mode) {
+  std::string m = mode.value_or("");
+  if (m.empty()) m = env_flag("TINYLOOP_KV_FP32") ? "fp32" : "fp16";
+  if (m == "fp16") return ops::KvDType::F16;
+  if (m == "fp32") return ops::KvDType::F32;
+  if (m == "int8" || m == "h_fp16" || m == "h_int8" || m == "h_int4")
+    throw std::invalid_argument("kv_mode '" + m + "' is not implemented yet (supported: fp16, fp32)");
+  throw std::invalid_argument("kv_mode must be 'fp16' or 'fp32', got '" + m + "'");
+}
+
+}  // namespace
+
+Engine::Engine(const std::string& path, const EngineOptions& opts) {
+  for (const char* unsupported : {"TINYLOOP_KV_INT8", "TINYLOOP_KV_H_MODE", "TINYLOOP_KV_INT4"})
+    if (env_flag(unsupported))
+      throw std::invalid_argument(std::string(unsupported) +
+                                  " is set, but that KV mode is not implemented yet");
+  kv_dtype_ = parse_kv_mode(opts.kv_mode);
+  kv_cache_disabled_ = env_flag("TINYLOOP_DISABLE_KV_CACHE");
+  model_ = std::make_unique<model::LoopedModel>(ModelFile::open(path));
+  const ModelConfig& c = model_->config();
+  max_seq_len_ = opts.max_seq_len.value_or(c.max_seq_len);
+  if (max_seq_len_ < 1)
+    throw std::invalid_argument("max_seq_len must be >= 1, got " + std::to_string(max_seq_len_));
+  if (c.pos_encoding == PosEncoding::Learned && max_seq_len_ > c.max_seq_len)
+    throw std::invalid_argument("max_seq_len " + std::to_string(max_seq_len_) +
+                                " exceeds the model's learned position table (" +
+                                std::to_string(c.max_seq_len) + " rows)");
+}
+
+double Engine::memory_mb() const {
+  const double bytes = static_cast<double>(model_->weights().bytes) +
+                       static_cast<double>(model_->memory().live_bytes.load());
+  return bytes / (1024.0 * 1024.0);
+}
+
+int64_t Engine::resolve_loops(std::optional<int64_t> loops) const {
+  const int64_t L = loops.value_or(config().default_loops);
+  if (L < 1) throw std::invalid_argument("loops must be >= 1, got " + std::to_string(L));
+  return L;
+}
+
+void Engine::check_tokens(const std::vector<int32_t>& ids, const char* what) const {
+  if (ids.empty()) throw std::invalid_argument(std::string(what) + " must not be empty");
+  const int64_t V = config().vocab_size;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= V)
+      throw std::invalid_argument(std::string(what) + ": token id " + std::to_string(ids[i]) +
+                                  " at index " + std::to_string(i) + " is outside [0, " +
+                                  std::to_string(V) + ")");
+}
+
+void Engine::check_length(int64_t prompt_len, int64_t max_tokens) const {
+  if (prompt_len + max_tokens > max_seq_len_)
+    throw std::runtime_error("prompt length " + std::to_string(prompt_len) + " + max_tokens " +
+                             std::to_string(max_tokens) + " exceeds max_seq_len " +
+                             std::to_string(max_seq_len_));
+}
+
+std::unique_ptr<model::KvCache> Engine::new_cache(int64_t loops, int64_t total_len,
+                                                  int64_t window, ops::KvDType dtype) const {
+  int64_t capacity = total_len;
+  if (window > 0 && window + kRingSlack < total_len) capacity = window + kRingSlack;
+  return std::make_unique<model::KvCache>(config(), loops, capacity, window, dtype,
+                                          &model_->memory());
+}
+
+std::vector<float> Engine::score(const std::vector<int32_t>& ids,
+                                 std::optional<int64_t> loops) const {
+  check_tokens(ids);
+  const int64_t L = resolve_loops(loops), T = static_cast<int64_t>(ids.size());
+  check_length(T, 0);
+  auto kv = new_cache(L, T, 0, ops::KvDType::F32);
+  std::vector<float> logits;
+  model_->forward(ids.data(), T, *kv, model::LogitRows::All, logits);
+  return logits;
+}
+
+std::vector<float> Engine::score_last(const std::vector<int32_t>& ids,
+                                      std::optional<int64_t> loops) const {
+  check_tokens(ids);
+  const int64_t L = resolve_loops(loops), T = static_cast<int64_t>(ids.size());
+  check_length(T, 0);
+  auto kv = new_cache(L, T, 0, ops::KvDType::F32);
+  std::vector<float> logits;
+  model_->forward(ids.data(), T, *kv, model::LogitRows::Last, logits);
+  return logits;
+}
+
+std::vector<float> Engine::stepwise_logits(const std::vector<int32_t>& ids, int64_t prefill_len,
+                                           std::optional<int64_t> loops,
+                                           int64_t cache_window) const {
+  check_tokens(ids, "ids");
+  const int64_t L = resolve_loops(loops), T = static_cast<int64_t>(ids.size());
+  const int64_t V = config().vocab_size;
+  if (prefill_len < 1 || prefill_len > T)
+    throw std::invalid_argument("prefill_len must be in [1, len(ids)]");
+  if (cache_window < 0) throw std::invalid_argument("cache_window must be >= 0");
+  std::vector<float> out, logits;
+  out.reserve((T - prefill_len + 1) * V);
+  if (kv_cache_disabled_) {
+    for (int64_t end = prefill_len; end <= T; ++end) {
+      // The uncached path keeps the window as a mask over a full-length cache.
+      model::KvCache kv(config(), L, end, cache_window, kv_dtype_, &model_->memory());
+      model_->forward(ids.data(), end, kv, model::LogitRows::Last, logits);
+      out.insert(out.end(), logits.begin(), logits.end());
+    }
+    return out;
+  }
+  auto kv = new_cache(L, T, cache_window, kv_dtype_);
+  model_->forward(ids.data(), prefill_len, *kv, model::LogitRows::Last, logits);
+  out.insert(out.end(), logits.begin(), logits.end());
+  for (int64_t t = prefill_len; t < T; ++t) {
+    model_->forward(ids.data() + t, 1, *kv, model::LogitRows::Last, logits);
+    out.insert(out.end(), logits.begin(), logits.end());
+  }
+  return out;
+}
+
+}  // namespace tinyloop::runtime

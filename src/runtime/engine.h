@@ -1,0 +1,66 @@
+// A loaded model plus the settings a Model is created with (max_seq_len, KV storage mode,
+// the uncached reference path). Immutable after construction, so one Engine serves calls
+// from many threads at once; every call owns its own caches and workspace.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/looped_model.h"
+
+namespace tinyloop::runtime {
+
+struct EngineOptions {
+  std::optional<int64_t> max_seq_len;  // default: the config's max_seq_len
+  std::optional<std::string> kv_mode;  // "fp16" (default) | "fp32"; default from env
+};
+
+class Engine {
+ public:
+  // Throws FileNotFound / FormatError for the file, std::invalid_argument for options.
+  Engine(const std::string& path, const EngineOptions& opts);
+
+  const ModelConfig& config() const { return model_->config(); }
+  const model::LoopedModel& model() const { return *model_; }
+  int64_t max_seq_len() const { return max_seq_len_; }
+  ops::KvDType kv_dtype() const { return kv_dtype_; }
+  std::string kv_mode() const { return kv_dtype_ == ops::KvDType::F16 ? "fp16" : "fp32"; }
+  // TINYLOOP_DISABLE_KV_CACHE=1 at creation: every decode step re-runs the whole prefix.
+  bool kv_cache_disabled() const { return kv_cache_disabled_; }
+  // Weights + live caches + live workspaces, in MiB.
+  double memory_mb() const;
+
+  // `loops` resolved against the config default and validated (>= 1).
+  int64_t resolve_loops(std::optional<int64_t> loops) const;
+  // Throws std::invalid_argument naming "prompt" for an empty prompt or an id outside [0, V).
+  void check_tokens(const std::vector<int32_t>& ids, const char* what = "prompt") const;
+  // Throws std::runtime_error when prompt_len + max_tokens > max_seq_len.
+  void check_length(int64_t prompt_len, int64_t max_tokens) const;
+
+  // logits [T, V] of every position (float32 K/V: nothing is kept, so nothing is rounded).
+  std::vector<float> score(const std::vector<int32_t>& ids, std::optional<int64_t> loops) const;
+  // logits [V] of the last position.
+  std::vector<float> score_last(const std::vector<int32_t>& ids, std::optional<int64_t> loops) const;
+  // Test hook for cached-vs-uncached parity: prefill ids[0:prefill_len] then feed the rest one
+  // token at a time (or, on the uncached path, re-run the whole prefix each step), in the
+  // model's KV mode and window. Returns logits [T - prefill_len + 1, V]: row r predicts the
+  // token after ids[prefill_len - 1 + r].
+  std::vector<float> stepwise_logits(const std::vector<int32_t>& ids, int64_t prefill_len,
+                                     std::optional<int64_t> loops, int64_t cache_window) const;
+
+  // A KV cache for one sequence that will reach `total_len` positions. With a window it is a
+  // ring of window + kRingSlack rows (so prefill can run in chunks), never more than needed.
+  std::unique_ptr<model::KvCache> new_cache(int64_t loops, int64_t total_len, int64_t window,
+                                            ops::KvDType dtype) const;
+  static constexpr int64_t kRingSlack = 64;
+
+ private:
+  std::unique_ptr<model::LoopedModel> model_;
+  int64_t max_seq_len_ = 0;
+  ops::KvDType kv_dtype_ = ops::KvDType::F16;
+  bool kv_cache_disabled_ = false;
+};
+
+}  // namespace tinyloop::runtime

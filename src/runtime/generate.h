@@ -1,0 +1,41 @@
+// Autoregressive generation: prefill the prompt once, then one token per step reusing the
+// KV cache (or, on the uncached reference path, re-running the whole prefix each step).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
+
+namespace tinyloop::runtime {
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 64;
+  std::optional<int64_t> loops;  // default: config default_loops
+  SamplingParams sampling;
+  int64_t cache_window = 0;      // 0 = full cache; W > 0 = sliding window of W positions
+  std::vector<std::vector<int32_t>> stop_sequences;
+  std::optional<uint64_t> seed;  // none = fresh entropy
+  bool stop_at_eos = true;       // the config's eos_ids end generation (kept in the output)
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;   // prompt followed by the emitted tokens
+  double prefill_ms = 0;         // the prompt's forward
+  double first_token_ms = 0;     // call start -> first on_token returned
+  double decode_steady_ms = 0;   // first on_token returned -> end
+  int64_t tokens_emitted = 0;
+};
+
+// Called once per emitted token; returning false stops after that token.
+using TokenCallback = std::function<bool(int32_t)>;
+
+// Validates every argument first (std::invalid_argument naming it; std::runtime_error when
+// prompt + max_tokens exceeds max_seq_len), then generates.
+GenerateResult generate(const Engine& engine, const GenerateRequest& req,
+                        const TokenCallback& on_token = {});
+
+}  // namespace tinyloop::runtime
