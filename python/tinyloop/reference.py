@@ -73,7 +73,7 @@ _erf = np.vectorize(math.erf, otypes=[np.float64])  # numpy has no erf; math.erf
 def _activation(kind: str, x: np.ndarray) -> np.ndarray:
     if kind == "silu":
         return x / (1.0 + np.exp(-x))
-    if kind == "gelu":
+    if kind == "gelu_tanh_x":
         return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
     if kind == "gelu_tanh":
         return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
@@ -392,7 +392,7 @@ def sampling_distribution(logits, temperature, top_k, top_p) -> np.ndarray:
     z = np.asarray(logits, dtype=np.float64) / temperature  # [V]
     V = z.shape[0]
     kth = np.sort(z)[::-1][min(int(top_k), V) - 1]
-    z = np.where(z <= kth, -np.inf, z) if top_k < V else z  # [V]
+    z = np.where(z < kth, -np.inf, z)  # [V]
     if top_p < 1.0:
         ids = np.arange(V)
         order = np.lexsort((-ids, z))  # ascending by logit; among ties, higher id first

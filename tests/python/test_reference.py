@@ -339,9 +339,17 @@ def test_ouro_sandwich_by_hand():
     _close(R.forward(cfg, t, ids, 3), s @ t["head.weight"].T, 1e-10)
 
 
-def test_pre_layernorm_gelu_learned_by_hand():
+_GELU = {
+    "gelu": lambda u: 0.5 * u * (1 + math.erf(u / math.sqrt(2))),
+    "gelu_tanh": lambda u: 0.5 * u * (
+        1 + math.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u ** 3))),
+}
+
+
+@pytest.mark.parametrize("mlp", ["gelu", "gelu_tanh"])
+def test_pre_layernorm_gelu_learned_by_hand(mlp):
     cfg, t = _model("llama", seed=16, pos_encoding="learned", norm_type="layernorm",
-                    norm_bias=True, mlp="gelu", mlp_bias=True, attn_out_bias=True, **TINY)
+                    norm_bias=True, mlp=mlp, mlp_bias=True, attn_out_bias=True, **TINY)
     ids, eps = [9, 9, 0, 10], 1e-5
 
     def ln(name, x):
@@ -363,8 +371,7 @@ def test_pre_layernorm_gelu_learned_by_hand():
     h = h + np.concatenate(outs, 1) @ t[p + "attn.wo.weight"].T + t[p + "attn.wo.bias"]
     m = ln(p + "mlp_norm", h)
     up = m @ t[p + "mlp.w_up.weight"].T + t[p + "mlp.w_up.bias"]
-    gelu = np.array([0.5 * u * (1 + math.erf(u / math.sqrt(2))) for u in up.ravel()]).reshape(
-        up.shape)
+    gelu = np.array([_GELU[mlp](u) for u in up.ravel()]).reshape(up.shape)
     h = h + gelu @ t[p + "mlp.w_down.weight"].T + t[p + "mlp.w_down.bias"]
     want = ln("final_norm", h) @ t["head.weight"].T
     _close(R.forward(cfg, t, ids, 1), want, 1e-10)
