@@ -84,7 +84,8 @@ def _check_type(name: str, kind, value):
         return int(value)
     if kind == "uint64":
         if not _is_int(value) or not 0 <= value < 2**64:
-            raise ValueError(f"config field '{name}': expected an integer in [0, 2^64), got {value!r}")
+            raise ValueError(f"config field '{name}': expected an integer in [0, 2^64), "
+                             f"got {value!r}")
         return int(value)
     if kind == "float":
         if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):

@@ -73,7 +73,7 @@ _erf = np.vectorize(math.erf, otypes=[np.float64])  # numpy has no erf; math.erf
 def _activation(kind: str, x: np.ndarray) -> np.ndarray:
     if kind == "silu":
         return x / (1.0 + np.exp(-x))
-    if kind == "gelu_tanh_x":
+    if kind == "gelu":
         return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
     if kind == "gelu_tanh":
         return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
