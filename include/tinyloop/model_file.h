@@ -24,8 +24,10 @@ struct TensorInfo {
 
 class ModelFile {
  public:
-  // Maps and validates the container (not the config<->tensor consistency, which the model
-  // layer checks). Throws FileNotFound for a missing/unreadable path, FormatError otherwise.
+  // Maps and validates the container, the config, and the config<->tensor consistency
+  // (every needed tensor present with the right shape and a v1 dtype, none left over), as
+  // docs/model-format.md lists. Throws FileNotFound for a missing/unreadable path (or one that
+  // is not a regular file), FormatError naming the problem otherwise.
   static std::shared_ptr<const ModelFile> open(const std::string& path);
   ~ModelFile();
   ModelFile(const ModelFile&) = delete;

@@ -275,7 +275,8 @@ void check_heads(const ModelConfig& c) {
 
 void check_floats(const ModelConfig& c) {
   if (c.norm_eps < 0) fail("field 'norm_eps' must be >= 0");
-  if (c.uses_rope() && c.rope_theta <= 0) fail("field 'rope_theta' must be > 0");
+  // Checked even without RoPE, as the Python reader does, so both accept the same files.
+  if (c.rope_theta <= 0) fail("field 'rope_theta' must be > 0");
   if (c.init_state_std < 0) fail("field 'init_state_std' must be >= 0");
 }
 

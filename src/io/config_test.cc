@@ -179,6 +179,8 @@ TEST(ParseConfig, ConsistencyRules) {
   EXPECT_THAT(error_of(with(minimal(), "bos_id", 16)), HasSubstr("'bos_id' has token id 16 outside [0, vocab_size=16)"));
   EXPECT_THAT(error_of(with(minimal(), "eos_ids", {0, -1})), HasSubstr("'eos_ids' has token id -1"));
   EXPECT_THAT(error_of(with(minimal(), "norm_eps", -1.0)), HasSubstr("'norm_eps' must be >= 0"));
+  EXPECT_THAT(error_of(with(with(minimal(), "rope_theta", 0), "pos_encoding", "none")),
+              HasSubstr("'rope_theta' must be > 0"));
 }
 
 TEST(ParseConfig, HeadDimDefaultNeedsDivisibleDim) {

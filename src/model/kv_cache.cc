@@ -1,5 +1,6 @@
 #include "model/kv_cache.h"
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -12,7 +13,8 @@ KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t 
       window_(window),
       n_kv_heads_(c.n_kv_heads),
       head_dim_(c.head_dim),
-      dtype_(dtype) {
+      dtype_(dtype),
+      tracker_(tracker) {
   if (loops < 1) throw std::invalid_argument("loops must be >= 1, got " + std::to_string(loops));
   if (capacity < 1) throw std::invalid_argument("KV capacity must be >= 1");
   const int64_t elem = dtype == ops::KvDType::F16 ? 2 : 4;
@@ -24,6 +26,45 @@ KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t 
   } catch (const std::bad_alloc&) {
     throw std::runtime_error("out of memory: KV cache of " + std::to_string(bytes_) + " bytes");
   }
+  tracked_ = TrackedBytes(tracker, bytes_);
+}
+
+void KvCache::truncate(int64_t new_length) {
+  if (new_length < 0 || new_length > length_)
+    throw std::logic_error("KV truncate to " + std::to_string(new_length) + " of " +
+                           std::to_string(length_));
+  if (length_ - new_length > capacity_)
+    throw std::logic_error("KV truncate past the ring's oldest row");
+  length_ = new_length;
+}
+
+void KvCache::copy_row(int64_t src_slot, int64_t dst_slot, int64_t p) {
+  const int64_t row = (p % capacity_) * row_bytes_;
+  std::memcpy(static_cast<uint8_t*>(k_data(dst_slot)) + row,
+              static_cast<const uint8_t*>(k_data(src_slot)) + row, row_bytes_);
+  std::memcpy(static_cast<uint8_t*>(v_data(dst_slot)) + row,
+              static_cast<const uint8_t*>(v_data(src_slot)) + row, row_bytes_);
+}
+
+std::unique_ptr<KvCache> KvCache::clone() const {
+  auto c = std::unique_ptr<KvCache>(new KvCache(*this, tracker_));
+  return c;
+}
+
+KvCache::KvCache(const KvCache& o, MemoryTracker* tracker)
+    : layout_(o.layout_),
+      capacity_(o.capacity_),
+      window_(o.window_),
+      n_kv_heads_(o.n_kv_heads_),
+      head_dim_(o.head_dim_),
+      dtype_(o.dtype_),
+      row_bytes_(o.row_bytes_),
+      slot_bytes_(o.slot_bytes_),
+      bytes_(o.bytes_),
+      length_(o.length_),
+      tracker_(tracker) {
+  data_.reset(new uint8_t[static_cast<size_t>(bytes_)]);
+  std::memcpy(data_.get(), o.data_.get(), static_cast<size_t>(bytes_));
   tracked_ = TrackedBytes(tracker, bytes_);
 }
 

@@ -40,6 +40,14 @@ class KvCache {
   // Positions written so far; the next token goes to this absolute position.
   int64_t length() const { return length_; }
   void advance(int64_t n) { length_ += n; }
+  // Forget positions >= new_length (speculative rollback). Rows are not cleared: the next
+  // forward overwrites them. Only valid while those rows have not wrapped away.
+  void truncate(int64_t new_length);
+  // Copy position p's K/V row from slot src to slot dst (the early-exit "latest" rule:
+  // a token that stops at iteration e reuses iteration e's rows for the skipped ones).
+  void copy_row(int64_t src_slot, int64_t dst_slot, int64_t p);
+  // A deep copy (a cache that serves several continuations, e.g. warm-start resume).
+  std::unique_ptr<KvCache> clone() const;
   int64_t bytes() const { return bytes_; }
 
   ops::KvView view(int64_t slot) const;
@@ -51,6 +59,7 @@ class KvCache {
   int64_t first_visible(int64_t p) const { return window_ > 0 && p - window_ + 1 > 0 ? p - window_ + 1 : 0; }
 
  private:
+  KvCache(const KvCache& other, MemoryTracker* tracker);  // deep copy, see clone()
   SlotLayout layout_;
   int64_t capacity_, window_, n_kv_heads_, head_dim_;
   ops::KvDType dtype_;
@@ -59,6 +68,7 @@ class KvCache {
   int64_t bytes_;
   int64_t length_ = 0;
   std::unique_ptr<uint8_t[]> data_;  // [slots][K|V][capacity][n_kv_heads * head_dim]
+  MemoryTracker* tracker_;
   TrackedBytes tracked_;
 };
 

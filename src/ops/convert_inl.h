@@ -8,27 +8,25 @@
 
 namespace tinyloop::ops::detail {
 
-// IEEE binary16 -> binary32, exact for every bit pattern. Written with selects rather than
-// branches so that a loop over a row if-converts and vectorizes.
+// IEEE binary16 -> binary32, exact for every bit pattern. Written with masks rather than
+// branches or ?: (GCC does not if-convert a chain of them here) so that a loop over a row
+// vectorizes; the compares are on values < 2^31 written as signed, which SSE2 has natively.
 inline float half_to_float(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  const uint32_t em = uint32_t(h & 0x7fffu) << 13;  // exponent + mantissa at f32 positions
-  const uint32_t exp = em & 0x0f800000u;            // the 5 half exponent bits, shifted
-  // Normal: rebias the exponent 15 -> 127.
-  const uint32_t normal = em + ((127u - 15u) << 23);
-  // Inf / nan: exponent 31 -> 255, payload kept, and a nan made quiet (as the F16C
-  // instruction and libgcc's __extendhfsf2 both do).
-  const uint32_t infnan =
-      (em + ((255u - 31u) << 23)) | (uint32_t((em & 0x007fe000u) != 0u) << 22);
-  // Zero / subnormal: value = mant * 2^-24. Build 2^-14 * (1 + mant/1024) and subtract
-  // 2^-14; the difference is exactly representable (it is a small f32 normal), so no
-  // rounding happens, and no clz is needed.
-  const uint32_t sub = std::bit_cast<uint32_t>(std::bit_cast<float>(em + (113u << 23)) -
+  const int32_t em = int32_t(uint32_t(h & 0x7fffu) << 13);  // exponent + mantissa at f32 places
+  // Normal: rebias the exponent 15 -> 127. Inf / nan (half exponent 31): rebias by the same
+  // amount once more, so 31 lands on 255 with the payload kept; a nan is made quiet (as the
+  // F16C instruction and libgcc's __extendhfsf2 both do).
+  const uint32_t m_infnan = 0u - uint32_t(em >= 0x0f800000);
+  uint32_t r = uint32_t(em) + (112u << 23) + (m_infnan & (112u << 23));
+  r |= uint32_t(em > 0x0f800000) << 22;
+  // Zero / subnormal (half exponent 0): value = mant * 2^-24. Build 2^-14 * (1 + mant/1024)
+  // and subtract 2^-14; the difference is exactly representable (a small f32 normal), so
+  // nothing rounds, no clz is needed, and no f32 subnormal is touched (DAZ/FTZ-safe).
+  const uint32_t sub = std::bit_cast<uint32_t>(std::bit_cast<float>(uint32_t(em) + (113u << 23)) -
                                                std::bit_cast<float>(113u << 23));
-  // Select with all-ones / all-zeros masks: GCC does not if-convert the ?: chain here.
-  const uint32_t m_infnan = 0u - uint32_t(exp == 0x0f800000u);
-  const uint32_t m_sub = 0u - uint32_t(exp == 0u);
-  const uint32_t r = (infnan & m_infnan) | (sub & m_sub) | (normal & ~(m_infnan | m_sub));
+  const uint32_t m_sub = 0u - uint32_t(em < 0x00800000);
+  r = (sub & m_sub) | (r & ~m_sub);
   return std::bit_cast<float>(r | sign);
 }
 

@@ -1,5 +1,5 @@
-// tinyloop_py: the Python frontend (spec/python-api.txt, spec/generation.txt).
-// Thin: converts arguments, releases the GIL around compute, maps C++ errors to Python ones.
+// Model lifecycle, config, memory, scoring and generation (spec/python-api.txt,
+// spec/generation.txt).
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -7,90 +7,16 @@
 
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "runtime/engine.h"
+#include "convert.h"
+#include "py_model.h"
 #include "runtime/generate.h"
-#include "runtime/sampler.h"
-#include "tinyloop/errors.h"
 
-namespace py = pybind11;
-using namespace tinyloop;
-using runtime::Engine;
-
+namespace tinyloop::py_bind {
 namespace {
-
-// ---- argument conversion -------------------------------------------------------------
-
-// A 1-D integer array (or list) of token ids -> int32 vector; ids are range-checked later
-// by the engine against the vocabulary, here only against int32.
-std::vector<int32_t> to_ids(const py::handle& obj, const char* what) {
-  py::module_ np = py::module_::import("numpy");
-  py::array arr = np.attr("asarray")(obj);
-  if (arr.ndim() != 1)
-    throw py::value_error(std::string(what) + " must be a 1-D array of token ids, got " +
-                          std::to_string(arr.ndim()) + " dimensions");
-  if (arr.size() == 0) throw py::value_error(std::string(what) + " must not be empty");
-  const char kind = arr.dtype().kind();
-  if (kind != 'i' && kind != 'u')
-    throw py::value_error(std::string(what) + " must hold integer token ids, got dtype " +
-                          py::str(arr.dtype()).cast<std::string>());
-  auto ids64 = arr.attr("astype")(np.attr("int64")).cast<py::array_t<int64_t>>();
-  std::vector<int32_t> out(ids64.size());
-  auto r = ids64.unchecked<1>();
-  for (py::ssize_t i = 0; i < r.shape(0); ++i) {
-    if (r(i) < 0 || r(i) > INT32_MAX)
-      throw py::value_error(std::string(what) + ": token id " + std::to_string(r(i)) +
-                            " at index " + std::to_string(i) + " is outside [0, vocab_size)");
-    out[i] = static_cast<int32_t>(r(i));
-  }
-  return out;
-}
-
-std::vector<std::vector<int32_t>> to_stop_sequences(const py::object& obj) {
-  std::vector<std::vector<int32_t>> out;
-  if (obj.is_none()) return out;
-  if (py::isinstance<py::str>(obj) || py::isinstance<py::bytes>(obj))
-    throw py::value_error("stop_sequences must be a list of token-id lists, got a string");
-  py::sequence seq;
-  try {
-    seq = obj.cast<py::sequence>();
-  } catch (const py::cast_error&) {
-    throw py::value_error("stop_sequences must be a list of token-id lists");
-  }
-  for (size_t i = 0; i < seq.size(); ++i) {
-    py::object s = seq[i];
-    if (py::isinstance<py::int_>(s))
-      throw py::value_error("stop_sequences[" + std::to_string(i) +
-                            "] must be a list of token ids, got an int");
-    py::module_ np = py::module_::import("numpy");
-    py::array arr = np.attr("asarray")(s);
-    if (arr.ndim() != 1 || (arr.size() > 0 && arr.dtype().kind() != 'i' && arr.dtype().kind() != 'u'))
-      throw py::value_error("stop_sequences[" + std::to_string(i) + "] must be a list of token ids");
-    if (arr.size() == 0)
-      throw py::value_error("stop_sequences[" + std::to_string(i) + "] is empty");
-    std::vector<int32_t> ids;
-    for (auto v : arr.attr("tolist")().cast<py::list>()) {
-      const int64_t id = v.cast<int64_t>();
-      if (id < 0 || id > INT32_MAX)
-        throw py::value_error("stop_sequences[" + std::to_string(i) + "]: token id " +
-                              std::to_string(id) + " is outside [0, vocab_size)");
-      ids.push_back(static_cast<int32_t>(id));
-    }
-    out.push_back(std::move(ids));
-  }
-  return out;
-}
-
-// A heap vector handed to numpy without a copy.
-py::array_t<float> to_numpy(std::vector<float>&& v, std::vector<py::ssize_t> shape) {
-  auto* heap = new std::vector<float>(std::move(v));
-  py::capsule owner(heap, [](void* p) { delete static_cast<std::vector<float>*>(p); });
-  return py::array_t<float>(shape, heap->data(), owner);
-}
 
 // Keyword arguments of generate() that belong to features not built yet: accepted with
 // their documented defaults so signatures match the spec, refused clearly otherwise.
@@ -100,40 +26,6 @@ void refuse_unimplemented(int64_t early_exit_patience, int64_t beam_size, const 
   if (beam_size > 1) throw py::value_error("beam_size >= 2: beam search is not implemented yet");
   if (!grammar.is_none()) throw py::value_error("grammar: constrained decoding is not implemented yet");
 }
-
-// ---- the Model object ---------------------------------------------------------------
-
-class PyModel {
- public:
-  PyModel(const std::string& path, std::optional<int64_t> max_seq_len,
-          std::optional<std::string> kv_mode) {
-    runtime::EngineOptions o;
-    o.max_seq_len = max_seq_len;
-    o.kv_mode = kv_mode;
-    py::gil_scoped_release nogil;
-    engine_ = std::make_shared<Engine>(path, o);
-  }
-
-  // The engine, or RuntimeError once closed. Calls in flight keep their own reference, so
-  // close() during a call frees the model when that call returns.
-  std::shared_ptr<const Engine> engine() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!engine_) throw std::runtime_error("model was closed");
-    return engine_;
-  }
-  void close() {
-    std::lock_guard<std::mutex> lock(mu_);
-    engine_.reset();
-  }
-  bool closed() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return !engine_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::shared_ptr<const Engine> engine_;
-};
 
 const char* name_of(NormType v) { return v == NormType::RMSNorm ? "rmsnorm" : "layernorm"; }
 const char* name_of(NormPlacement v) {
@@ -219,21 +111,8 @@ runtime::GenerateRequest make_request(const Engine& e, const py::object& prompt,
 
 }  // namespace
 
-PYBIND11_MODULE(tinyloop_py, m) {
-  m.doc() = "TinyLoop: inference runtime for looped (weight-shared, recurrent-depth) transformers";
-
-  static py::exception<FormatError> format_error(m, "ModelFormatError", PyExc_ValueError);
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const FormatError& e) {
-      py::set_error(format_error, e.what());
-    } catch (const FileNotFound& e) {
-      py::set_error(PyExc_FileNotFoundError, e.what());
-    }
-  });
-
-  py::class_<PyModel, std::shared_ptr<PyModel>>(m, "Model", R"doc(
+void bind_model(py::module_& m, ModelClass& cls) {
+  cls.doc() = R"doc(
 A loaded looped-transformer model (.tinyloop file, memory-mapped).
 
 Model(path, max_seq_len=None, kv_mode=None)
@@ -241,8 +120,8 @@ Model(path, max_seq_len=None, kv_mode=None)
   kv_mode: KV storage of generation, "fp16" (default) or "fp32"; TINYLOOP_KV_FP32=1 sets fp32.
 Use as a context manager or call close(); any call after close() raises RuntimeError.
 One Model may be used from several Python threads at once (the GIL is released during compute).
-)doc")
-      .def(py::init<const std::string&, std::optional<int64_t>, std::optional<std::string>>(),
+)doc";
+  cls.def(py::init<const std::string&, std::optional<int64_t>, std::optional<std::string>>(),
            py::arg("path"), py::arg("max_seq_len") = py::none(), py::arg("kv_mode") = py::none())
       .def("close", &PyModel::close, "Release the model. Later calls raise RuntimeError.")
       .def_property_readonly("closed", &PyModel::closed)
@@ -377,41 +256,6 @@ One Model may be used from several Python threads at once (the GIL is released d
         },
         py::arg("path"), py::arg("max_seq_len") = py::none(), py::arg("kv_mode") = py::none(),
         "Alias of Model(path, ...).");
-
-  // Sampler entry points, for testing the C++ sampler against the numpy reference.
-  m.def("_sampling_distribution",
-        [](py::array_t<float, py::array::c_style | py::array::forcecast> logits, double temperature,
-           int64_t top_k, double top_p) {
-          runtime::SamplingParams p;
-          p.temperature = static_cast<float>(temperature);
-          p.top_k = static_cast<int>(top_k);
-          p.top_p = static_cast<float>(top_p);
-          runtime::validate(p);
-          if (p.greedy()) throw py::value_error("temperature must be > 0.01 for a sampling distribution");
-          std::vector<float> probs;
-          runtime::sampling_distribution(logits.data(), logits.size(), p, probs);
-          return to_numpy(std::move(probs), {static_cast<py::ssize_t>(logits.size())});
-        },
-        py::arg("logits"), py::arg("temperature"), py::arg("top_k") = 50, py::arg("top_p") = 1.0);
-  m.def("_sample_next",
-        [](py::array_t<float, py::array::c_style | py::array::forcecast> logits, double temperature,
-           int64_t top_k, double top_p, double repetition_penalty, std::vector<int32_t> seen, uint64_t seed,
-           int64_t n_draws) {
-          runtime::SamplingParams p;
-          p.temperature = static_cast<float>(temperature);
-          p.top_k = static_cast<int>(top_k);
-          p.top_p = static_cast<float>(top_p);
-          p.repetition_penalty = static_cast<float>(repetition_penalty);
-          runtime::validate(p);
-          runtime::Rng rng(seed);
-          std::vector<int32_t> out;
-          for (int64_t i = 0; i < n_draws; ++i) {
-            std::vector<float> l(logits.data(), logits.data() + logits.size());
-            out.push_back(runtime::sample_next(l.data(), static_cast<int64_t>(l.size()), p, seen, rng));
-          }
-          return out;
-        },
-        py::arg("logits"), py::arg("temperature"), py::arg("top_k") = 50, py::arg("top_p") = 1.0,
-        py::arg("repetition_penalty") = 1.0, py::arg("seen") = std::vector<int32_t>(), py::arg("seed") = 0,
-        py::arg("n_draws") = 1);
 }
+
+}  // namespace tinyloop::py_bind
