@@ -105,8 +105,12 @@ int64_t LoopedModel::max_chunk(const KvCache& kv, int64_t T) const {
 }
 
 void LoopedModel::forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRows rows,
-                          std::vector<float>& logits) const {
+                          std::vector<float>& logits, int64_t loops) const {
   if (T < 1) throw std::invalid_argument("forward needs at least one token");
+  if (loops == 0) loops = kv.loops();
+  if (loops < 1 || loops > kv.loops())
+    throw std::logic_error("forward at " + std::to_string(loops) + " loops on a KV cache with slots for " +
+                           std::to_string(kv.loops()));
   const int64_t D = cfg_.dim, V = cfg_.vocab_size;
   logits.resize((rows == LogitRows::All ? T : 1) * V);
   Workspace ws;
@@ -120,7 +124,7 @@ void LoopedModel::forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRo
     std::vector<float> x(n * D), s(n * D);            // [n, D] loop input, loop state
     prelude(tokens + done, pos.data(), n, kv, ws, x.data());
     initial_state(x.data(), pos.data(), n, s.data());
-    for (int64_t i = 0; i < kv.loops(); ++i) iteration(i, s.data(), x.data(), pos.data(), n, kv, ws);
+    for (int64_t i = 0; i < loops; ++i) iteration(i, s.data(), x.data(), pos.data(), n, kv, ws);
     const bool last_chunk = done + n == T;
     if (rows == LogitRows::All) {
       readout(s.data(), pos.data(), n, kv, ws, LogitRows::All, logits.data() + done * V);

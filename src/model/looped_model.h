@@ -45,10 +45,11 @@ class LoopedModel {
                LogitRows rows, float* logits) const;
 
   // The whole forward of T new tokens appended to the sequence in kv (positions
-  // kv.length() ..), at kv.loops() iterations. Advances kv. logits: [1 or T, V].
+  // kv.length() ..), at `loops` iterations (<= kv.loops(), the iterations kv has slots for;
+  // 0 = kv.loops()). Advances kv. logits: [1 or T, V].
   // Long inputs are processed in chunks that fit the ring when kv is windowed.
   void forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRows rows,
-               std::vector<float>& logits) const;
+               std::vector<float>& logits, int64_t loops = 0) const;
 
   // The largest T one forward step may take on kv without overwriting keys its own
   // queries still need (the whole input when kv is not a ring).

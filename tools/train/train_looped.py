@@ -5,7 +5,7 @@ JAX on CPU. Randomised loop depth per step (Huginn-style log-normal Poisson, cli
 [1, --max-depth]) with truncated backprop through the last --backprop-depth iterations.
 Everything is seeded: the same command on the same corpus gives the same model.
 
-    python3 tools/train/train_looped.py --out models/tinyloop-demo.tinyloop --steps 460
+    python3 tools/train/train_looped.py --out models/tinyloop-demo.tinyloop --steps 620
 
 See tools/train/README.md.
 """
@@ -140,7 +140,7 @@ def main(argv=None):
     ap.add_argument("--corpus", default="/work/shared/data/corpus")
     ap.add_argument("--workdir", default=os.path.join(HERE, ".cache", "run"),
                     help="checkpoints, log file and final params go here")
-    ap.add_argument("--steps", type=int, default=460)
+    ap.add_argument("--steps", type=int, default=620)
     ap.add_argument("--minutes", type=float, default=0.0,
                     help="wall-clock cap for the training loop (0 = none); if hit, training stops "
                          "early and the last step is exported (not reproducible by --steps alone)")
