@@ -164,7 +164,7 @@ def _corrupt(tmp_path, path, mutate):
     (lambda b: b[: len(b) // 2], None),
     (lambda b: b[:-1], None),
     (lambda b: struct.pack("<Q", 10**12) + b[8:], "header"),
-    (lambda b: b[:8] + b"{" + b[9:], None),
+    (lambda b: b[:8] + b"[" + b[9:], None),
     (lambda b: b[:8] + b[8:].replace(b'"tinyloop"', b'"tinyleap"', 1), "format"),
     (lambda b: b[:8] + b[8:].replace(b'"F32"', b'"F99"', 1), "F99"),
     (lambda b: bytearray(b"\x00" * 64), None),
