@@ -23,6 +23,8 @@ def main(argv=None):
     ap.add_argument("--loops", default="1,2,6,16")
     ap.add_argument("--text", default="It is a truth universally acknowledged, that a single man")
     ap.add_argument("--tol", type=float, default=1e-3)
+    ap.add_argument("--max-len", type=int, default=256,
+                    help="also check a window of this many ids from the held-out text (0: skip)")
     a = ap.parse_args(argv)
 
     from tinyloop.format import read_model
@@ -38,6 +40,11 @@ def main(argv=None):
     print(f"tokenizer ok: vocab {tok.get_vocab_size()}, eos {cfg['eos_ids']} = "
           f"{[tok.id_to_token(i) for i in cfg['eos_ids']]}, {len(ids)} ids for the probe text")
 
+    seqs = [ids]
+    if a.max_len:
+        with open("/work/shared/data/corpus/austen.txt", encoding="utf-8") as f:
+            tail = f.read()[-20000:]  # inside the held-out slice (last 5%)
+        seqs.append(tok.encode(tail).ids[:min(a.max_len, cfg["max_seq_len"])])
     import jax
     jax.config.update("jax_enable_x64", False)
     import jax.numpy as jnp
@@ -46,12 +53,12 @@ def main(argv=None):
     from tinyloop import reference
     params = {k: jnp.asarray(np.asarray(v, np.float32)) for k, v in mc.tensors.items()}
     worst = 0.0
-    for L in [int(x) for x in a.loops.split(",")]:
+    for L, ids in [(int(x), q) for x in a.loops.split(",") for q in seqs]:
         ref = reference.forward(cfg, mc.tensors, ids, L)                       # [T, V] float64
         got = np.asarray(M.forward(cfg, params, jnp.asarray([ids]), L))[0]    # [T, V] float32
         rel = float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
         same_argmax = float(np.mean(got.argmax(-1) == ref.argmax(-1)))
-        print(f"L={L}: max|jax-ref|/max|ref| = {rel:.2e}, argmax agreement {same_argmax:.3f}, "
+        print(f"L={L} T={len(ids)}: max|jax-ref|/max|ref| = {rel:.2e}, argmax agreement {same_argmax:.3f}, "
               f"last-row logits ref {ref[-1, :3]} jax {got[-1, :3]}")
         worst = max(worst, rel)
     ok = worst <= a.tol
