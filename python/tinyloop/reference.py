@@ -474,3 +474,30 @@ def generate(cfg, tensors, prompt_ids, max_tokens, loops, temperature=0.0, top_k
         if tok in eos or _ends_with_stop(emitted, seqs):
             break
     return ids
+
+
+# ---------------------------------------------------------------------------------------
+# the tutorial loop of spec/autoregressive-generation.txt
+
+
+def window_generate(cfg, tensors, seed_ids, max_new_tokens, window, temperature, top_k, top_p,
+                    rng, loops=None) -> list[int]:
+    """spec/autoregressive-generation.txt's `generate`, literally: each step runs the model on
+    the last `window` ids only, with positions restarting at 0 for the oldest id in the
+    window (so a token's position changes as the window slides), samples from the last row,
+    and appends. No cache, no early stop; top_k = 0 disables top-k as on that page.
+
+    This is NOT the engine's `cache_window` (a sliding-window attention mask over absolute
+    positions, docs/generation.md); it is kept as the reference of the tutorial semantics.
+    """
+    cfg = normalize_config(cfg)
+    if window < 1:
+        raise ValueError(f"window: must be >= 1, got {window}")
+    loops = cfg["default_loops"] if loops is None else loops
+    ids = [int(t) for t in seed_ids]
+    for _ in range(max_new_tokens):
+        x = ids[-window:]  # [T], T = min(len(ids), window)
+        logits = forward(cfg, tensors, x, loops)  # [T, V], positions 0..T-1
+        k = cfg["vocab_size"] if top_k == 0 else top_k
+        ids.append(sample_next(logits[-1], temperature, k, top_p, rng))
+    return ids

@@ -591,3 +591,24 @@ def test_generate_sampling_is_reproducible_and_uses_the_penalty():
     # a huge penalty makes greedy avoid everything seen so far
     g = R.generate(cfg, t, prompt, 5, 1, repetition_penalty=1e6, eos_ids=[])
     assert len(set(g[4:])) == 5 and not set(g[4:]) & set(prompt)
+
+
+def test_window_generate_follows_the_tutorial_semantics():
+    """spec/autoregressive-generation.txt: the model sees the last `window` ids with
+    positions restarting at 0; top_k = 0 is off; the list keeps every id."""
+    from tinyloop.config import preset_config
+    from tinyloop.random_model import random_tensors
+
+    cfg = preset_config("llama", pos_encoding="learned", max_seq_len=4)
+    t = {k: v.astype(np.float64) for k, v in random_tensors(cfg, seed=3).items()}
+    rng = np.random.default_rng(42)
+    out = R.window_generate(cfg, t, [1, 2, 3], 10, 4, 0.0, 0, 1.0, rng)
+    assert len(out) == 13 and out[:3] == [1, 2, 3]  # never longer than the position table allows
+    # Each appended id is the greedy choice over the last 4 ids at positions 0..3.
+    for i in range(3, 13):
+        x = out[max(0, i - 4):i]
+        assert out[i] == int(np.argmax(R.forward(cfg, t, x, cfg["default_loops"])[-1]))
+    # Sampling with top_k = 0 (off) and a seed is reproducible and stays in the vocabulary.
+    a = R.window_generate(cfg, t, [1], 20, 4, 0.8, 0, 0.9, np.random.default_rng(1))
+    b = R.window_generate(cfg, t, [1], 20, 4, 0.8, 0, 0.9, np.random.default_rng(1))
+    assert a == b and all(0 <= i < cfg["vocab_size"] for i in a)
