@@ -79,26 +79,25 @@ std::unique_ptr<model::KvCache> Engine::new_cache(int64_t loops, int64_t total_l
                                           &model_->memory());
 }
 
-std::vector<float> Engine::score(const std::vector<int32_t>& ids,
-                                 std::optional<int64_t> loops) const {
+std::vector<float> Engine::score_rows(const std::vector<int32_t>& ids,
+                                      std::optional<int64_t> loops, model::LogitRows rows) const {
   check_tokens(ids);
   const int64_t L = resolve_loops(loops), T = static_cast<int64_t>(ids.size());
   check_length(T, 0);
   auto kv = new_cache(L, T, 0, ops::KvDType::F32);
   std::vector<float> logits;
-  model_->forward(ids.data(), T, *kv, model::LogitRows::All, logits);
+  model_->forward(ids.data(), T, *kv, rows, logits);
   return logits;
+}
+
+std::vector<float> Engine::score(const std::vector<int32_t>& ids,
+                                 std::optional<int64_t> loops) const {
+  return score_rows(ids, loops, model::LogitRows::All);
 }
 
 std::vector<float> Engine::score_last(const std::vector<int32_t>& ids,
                                       std::optional<int64_t> loops) const {
-  check_tokens(ids);
-  const int64_t L = resolve_loops(loops), T = static_cast<int64_t>(ids.size());
-  check_length(T, 0);
-  auto kv = new_cache(L, T, 0, ops::KvDType::F32);
-  std::vector<float> logits;
-  model_->forward(ids.data(), T, *kv, model::LogitRows::Last, logits);
-  return logits;
+  return score_rows(ids, loops, model::LogitRows::Last);
 }
 
 std::vector<float> Engine::stepwise_logits(const std::vector<int32_t>& ids, int64_t prefill_len,

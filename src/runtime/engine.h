@@ -57,6 +57,9 @@ class Engine {
   static constexpr int64_t kRingSlack = 64;
 
  private:
+  // One scoring forward with float32 K/V, logits of every row or the last.
+  std::vector<float> score_rows(const std::vector<int32_t>& ids, std::optional<int64_t> loops,
+                                model::LogitRows rows) const;
   std::unique_ptr<model::LoopedModel> model_;
   int64_t max_seq_len_ = 0;
   ops::KvDType kv_dtype_ = ops::KvDType::F16;
