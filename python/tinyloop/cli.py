@@ -3,6 +3,9 @@
     tinyloop generate [--model PATH] PROMPT [--max-tokens N] [--loops L] ...
     tinyloop inspect MODEL
     tinyloop random-model OUT [--kind llama|huginn|ouro] [--weight-dtype f32|f16|bf16] [--set k=v ...]
+    tinyloop talk [--model PATH] [--loops L] ...
+    tinyloop perplexity MODEL FILE... [--loops 1,2,4,8,16] [--ctx 256] [--tail-fraction 0.05]
+    tinyloop bench [-p 512] [-n 128] [-L 8] [-t 2] [--weight-dtype f32,f16,bf16] [-r 3] [--json]
 
 A PROMPT is text when the model embeds a tokenizer (Hugging Face `tokenizers` decodes the
 output as it streams), or comma-separated token ids with --ids.
@@ -12,6 +15,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+
+from .text import TextStreamer, load_tokenizer
 
 # The model used when none is named (the bundled looped model, once it ships).
 DEFAULT_MODEL = os.path.join(os.path.dirname(__file__), "..", "..", "models", "tinyloop-demo.tinyloop")
@@ -25,35 +30,6 @@ def _default_model() -> str | None:
         if os.path.exists(candidate):
             return os.path.abspath(candidate)
     return None
-
-
-def _load_tokenizer(model):
-    """The model's embedded tokenizer as a `tokenizers.Tokenizer`, or None."""
-    text = model.tokenizer_json()
-    if not text:
-        return None
-    from tokenizers import Tokenizer  # imported lazily: only text models need it
-    return Tokenizer.from_str(text)
-
-
-class _TextStreamer:
-    """Prints decoded text as tokens arrive. Byte-level BPE tokens can split a UTF-8
-    character, so it re-decodes the whole output and prints only the new stable suffix."""
-
-    def __init__(self, tokenizer):
-        self.tok = tokenizer
-        self.ids: list[int] = []
-        self.printed = ""
-
-    def __call__(self, tok: int) -> bool:
-        self.ids.append(int(tok))
-        text = self.tok.decode(self.ids)
-        if text.endswith("\ufffd"):  # an incomplete character: wait for its next byte
-            return True
-        sys.stdout.write(text[len(self.printed):])
-        sys.stdout.flush()
-        self.printed = text
-        return True
 
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:
@@ -78,7 +54,7 @@ def cmd_generate(args) -> int:
               "(pass --model PATH or set TINYLOOP_MODEL)", file=sys.stderr)
         return 2
     with tl.Model(path, max_seq_len=args.max_seq_len) as model:
-        tokenizer = None if args.ids else _load_tokenizer(model)
+        tokenizer = None if args.ids else load_tokenizer(model)
         if tokenizer is None:
             if not args.ids and model.tokenizer_json() == "":
                 print("(this model has no tokenizer: reading the prompt as token ids)", file=sys.stderr)
@@ -86,8 +62,8 @@ def cmd_generate(args) -> int:
             on_token = lambda t: (print(t, end=" ", flush=True), True)[1]  # noqa: E731
         else:
             prompt = np.array(tokenizer.encode(args.prompt).ids, dtype=np.int32)
-            sys.stdout.write(args.prompt)
-            on_token = _TextStreamer(tokenizer)
+            sys.stdout.write(tokenizer.decode(prompt.tolist()))
+            on_token = TextStreamer(tokenizer, prompt_ids=prompt)
         r = model.generate_stream(
             prompt, on_token, max_tokens=args.max_tokens, loops=args.loops,
             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -100,6 +76,33 @@ def cmd_generate(args) -> int:
               f"decode {per_tok:.1f} ms/token, loops {args.loops or model.config()['default_loops']}]",
               file=sys.stderr)
     return 0
+
+
+def _open_default(args):
+    import tinyloop_py as tl
+
+    path = args.model or _default_model()
+    if path is None:
+        raise FileNotFoundError("no model given and no bundled model found "
+                                "(pass --model PATH or set TINYLOOP_MODEL)")
+    return tl.Model(path, max_seq_len=args.max_seq_len)
+
+
+def cmd_talk(args) -> int:
+    from .talk import run
+
+    with _open_default(args) as model:
+        tokenizer = load_tokenizer(model)
+        if tokenizer is None:
+            print("tinyloop talk: the model has no embedded tokenizer", file=sys.stderr)
+            return 2
+        return run(model, tokenizer, args)
+
+
+def cmd_perplexity(args) -> int:
+    from .perplexity import main_args
+
+    return main_args(args)
 
 
 def cmd_inspect(args) -> int:
@@ -137,6 +140,22 @@ def main(argv=None) -> int:
     _sampling_args(g)
     g.set_defaults(func=cmd_generate)
 
+    t = sub.add_parser("talk", help="type the start of a text, get a continuation (empty line quits)")
+    t.add_argument("--model", default=None, help="a .tinyloop file (default: the bundled model)")
+    _sampling_args(t)
+    t.set_defaults(func=cmd_talk)
+
+    p = sub.add_parser("perplexity", help="perplexity of text files at one or more loop depths")
+    p.add_argument("model")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--loops", default="1,2,4,8,16", help="comma-separated loop depths")
+    p.add_argument("--ctx", type=int, default=256, help="tokens per scored window")
+    p.add_argument("--tail-fraction", type=float, default=None,
+                   help="score only the last fraction of each file (0.05: the bundled model's held-out slice)")
+    p.add_argument("--max-windows", type=int, default=None)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_perplexity)
+
     i = sub.add_parser("inspect", help="print a model file's config and tensors")
     i.add_argument("model")
     i.set_defaults(func=cmd_inspect)
@@ -148,6 +167,11 @@ def main(argv=None) -> int:
     r.add_argument("--weight-dtype", default="f32", choices=["f32", "f16", "bf16"])
     r.add_argument("--set", action="append", help="config override key=value (repeatable)")
     r.set_defaults(func=cmd_random_model)
+
+    from tinyloop import bench  # numpy-only at import; the engine is imported when it runs
+    bn = sub.add_parser("bench", help="pp/tg tokens per second, llama-bench style (tinyloop.bench)")
+    bench.add_arguments(bn)
+    bn.set_defaults(func=bench.run)
 
     args = ap.parse_args(argv)
     try:

@@ -1,0 +1,35 @@
+"""`tinyloop talk`: the talk program of spec/autoregressive-generation.txt on the engine.
+
+Type the start of a text, get a continuation; an empty line quits. Each prompt is
+continued on its own (nothing carries over from an earlier prompt); only the sampling
+seed sequence carries across prompts, as the spec's talk.py keeps one generator.
+"""
+from __future__ import annotations
+
+import sys
+
+
+def run(model, tokenizer, args, stdin=None, stdout=None) -> int:
+    import numpy as np
+    from .text import TextStreamer
+
+    stdin = stdin or sys.stdin
+    stdout = stdout or sys.stdout
+    print("Type the start of a text and press Enter. Empty line quits.", file=stdout, flush=True)
+    n = 0
+    while True:
+        stdout.write("> ")
+        stdout.flush()
+        line = stdin.readline()
+        if not line or not line.strip():
+            return 0
+        prompt = np.asarray(tokenizer.encode(line.rstrip("\n")).ids, dtype=np.int32)
+        if prompt.size == 0:
+            continue
+        seed = None if args.seed is None else args.seed + n
+        n += 1
+        model.generate_stream(prompt, TextStreamer(tokenizer, stdout, prompt_ids=prompt), max_tokens=args.max_tokens,
+                              loops=args.loops, temperature=args.temperature, top_k=args.top_k,
+                              top_p=args.top_p, repetition_penalty=args.repetition_penalty,
+                              seed=seed)
+        stdout.write("\n")

@@ -1,0 +1,110 @@
+"""The `tinyloop` command line: generate, talk, perplexity, inspect, random-model."""
+import io
+import math
+import os
+
+import numpy as np
+import pytest
+
+import tinyloop_py as tl
+from tinyloop import cli, reference
+from tinyloop.format import read_model, write_model
+from tinyloop.perplexity import perplexities, token_stream, window_nll
+from tinyloop.random_model import random_tensors
+from tinyloop.config import preset_config
+
+WORDS = [f"w{i}" for i in range(97)]
+
+
+def word_tokenizer_json() -> str:
+    """A 97-word WordLevel tokenizer (ids match a vocab-97 random model); w0 is EOS."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="w1"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    return tok.to_str()
+
+
+@pytest.fixture(scope="module")
+def text_model(tmp_path_factory):
+    cfg = preset_config("huginn", max_seq_len=512, eos_ids=[0])
+    path = str(tmp_path_factory.mktemp("cli") / "text.tinyloop")
+    write_model(path, cfg, random_tensors(cfg, seed=3), tokenizer_json=word_tokenizer_json())
+    return path
+
+
+def test_generate_with_ids(test_models, capsys):
+    m = test_models["llama"]
+    assert cli.main(["generate", "--model", m.path, "--ids", "1,2,3", "--max-tokens", "5",
+                     "--temperature", "0"]) == 0
+    out = capsys.readouterr().out.split()
+    with tl.Model(m.path) as model:
+        want = model.generate([1, 2, 3], max_tokens=5, temperature=0.0, repetition_penalty=1.1)
+    assert [int(t) for t in out] == want[3:]
+
+
+def test_generate_with_text(text_model, capsys):
+    assert cli.main(["generate", "--model", text_model, "w5 w6 w7", "--max-tokens", "6",
+                     "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    words = out.split()
+    assert words[:3] == ["w5", "w6", "w7"] and 4 <= len(words) <= 9
+    assert all(w in WORDS for w in words)
+
+
+def test_generate_reports_errors(test_models, capsys):
+    assert cli.main(["generate", "--model", test_models["llama"].path, "--ids", "1,2,999"]) == 1
+    assert "outside" in capsys.readouterr().err
+    assert cli.main(["generate", "--model", "/nonexistent.tinyloop", "x"]) == 1
+
+
+def test_talk_continues_each_prompt_and_quits_on_empty_line(text_model):
+    from tinyloop.talk import run
+    from tinyloop.text import load_tokenizer
+
+    class Args:
+        max_tokens, loops, temperature, top_k, top_p, repetition_penalty, seed = 4, 2, 0.0, 50, 1.0, 1.0, None
+
+    out = io.StringIO()
+    with tl.Model(text_model) as model:
+        tok = load_tokenizer(model)
+        assert run(model, tok, Args, stdin=io.StringIO("w3 w4\nw9\n\nw10\n"), stdout=out) == 0
+        first = model.generate(tok.encode("w3 w4").ids, max_tokens=4, loops=2)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("Type the start of a text")
+    assert tok.decode(first[2:]) in out.getvalue()
+    assert "w10" not in out.getvalue()  # the empty line quit before it
+
+
+def test_perplexity_matches_numpy_reference(text_model):
+    contents = read_model(text_model)
+    with tl.Model(text_model) as model:
+        tok = reference  # noqa: F841 (keep import used)
+        from tinyloop.text import load_tokenizer
+        tokenizer = load_tokenizer(model)
+        stream = token_stream(tokenizer, ["w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 " * 5, "w40 w41 w42 " * 6], 0)
+        got = perplexities(model, stream, [1, 3], ctx=16, progress=False)
+    n = len(stream) // 16
+    for L in (1, 3):
+        nll = 0.0
+        for w in range(n):
+            ids = stream[w * 16:(w + 1) * 16]
+            nll += window_nll(reference.forward(contents.config, contents.tensors, ids, L), ids).sum()
+        assert got[L] == pytest.approx(math.exp(nll / (n * 15)), rel=1e-4)
+
+
+def test_perplexity_command(text_model, tmp_path, capsys):
+    f = tmp_path / "t.txt"
+    f.write_text("w3 w4 w5 " * 40)
+    assert cli.main(["perplexity", text_model, str(f), "--loops", "1,2", "--ctx", "20", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "| 1 |" in out and "| 2 |" in out
+
+
+def test_inspect_and_random_model(tmp_path, capsys):
+    out = str(tmp_path / "r.tinyloop")
+    assert cli.main(["random-model", out, "--kind", "ouro", "--weight-dtype", "bf16",
+                     "--set", "default_loops=3"]) == 0
+    assert cli.main(["inspect", out]) == 0
+    text = capsys.readouterr().out
+    assert "default_loops: 3" in text and "BF16" in text and "loop_norm.weight" in text
