@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES="cmake g++ make libgtest-dev nlohmann-json3-dev"
+APT_PACKAGES="cmake g++ make libgtest-dev nlohmann-json3-dev libhwy-dev"
 missing=""
 for p in $APT_PACKAGES; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "convert.h"
+#include "generate_args.h"
 #include "py_model.h"
 #include "runtime/generate.h"
 
@@ -20,9 +21,7 @@ namespace {
 
 // Keyword arguments of generate() that belong to features not built yet: accepted with
 // their documented defaults so signatures match the spec, refused clearly otherwise.
-void refuse_unimplemented(int64_t early_exit_patience, int64_t beam_size, const py::object& grammar) {
-  if (early_exit_patience != 0)
-    throw py::value_error("early_exit_patience > 0: early exit is not implemented yet");
+void refuse_unimplemented(int64_t beam_size, const py::object& grammar) {
   if (beam_size > 1) throw py::value_error("beam_size >= 2: beam search is not implemented yet");
   if (!grammar.is_none()) throw py::value_error("grammar: constrained decoding is not implemented yet");
 }
@@ -94,18 +93,8 @@ runtime::GenerateRequest make_request(const Engine& e, const py::object& prompt,
                                       bool stop_at_eos) {
   runtime::GenerateRequest r;
   r.prompt = to_ids(prompt, "prompt");
-  r.max_tokens = max_tokens;
-  r.loops = loops;
-  if (top_k > INT32_MAX) top_k = INT32_MAX;
-  if (top_k < INT32_MIN) top_k = INT32_MIN;
-  r.sampling.temperature = static_cast<float>(temperature);
-  r.sampling.top_k = static_cast<int>(top_k);
-  r.sampling.top_p = static_cast<float>(top_p);
-  r.sampling.repetition_penalty = static_cast<float>(repetition_penalty);
-  r.cache_window = cache_window;
-  r.stop_sequences = to_stop_sequences(stop_sequences);
-  r.seed = seed;
-  r.stop_at_eos = stop_at_eos;
+  fill_request(r, max_tokens, loops, temperature, top_k, top_p, cache_window, repetition_penalty,
+               stop_sequences, seed, stop_at_eos);
   return r;
 }
 
@@ -169,9 +158,11 @@ One Model may be used from several Python threads at once (the GIL is released d
               int64_t beam_size, double length_penalty, bool early_stopping, const py::object& grammar,
               std::optional<uint64_t> seed, bool stop_at_eos) {
              auto e = self.engine();
-             refuse_unimplemented(early_exit_patience, beam_size, grammar);
+             refuse_unimplemented(beam_size, grammar);
              auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
                                      repetition_penalty, stop_sequences, seed, stop_at_eos);
+             req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
+                                                early_exit_peek_every, early_exit_logit_margin);
              runtime::GenerateResult res;
              {
                py::gil_scoped_release nogil;
@@ -187,7 +178,11 @@ One Model may be used from several Python threads at once (the GIL is released d
            py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
            py::arg("beam_size") = 0, py::arg("length_penalty") = 1.0, py::arg("early_stopping") = true,
            py::arg("grammar") = py::none(), py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
-           "Prefill the prompt, then decode up to max_tokens. Returns prompt + new tokens (List[int]).")
+           "Prefill the prompt, then decode up to max_tokens. Returns prompt + new tokens (List[int]).\n"
+           "early_exit_patience > 0 enables decode-time early exit (docs/loop-depth.md): after early_exit_min_L\n"
+           "iterations, a probe every early_exit_peek_every iterations; stable when ||s_i - s_{i-1}|| / ||s_i|| <\n"
+           "early_exit_tau, or (early_exit_logit_margin > 0) when top1 - top2 of the logits read out of s_i >\n"
+           "the margin; a token stops after early_exit_patience consecutive stable probes.")
       .def("generate_stream",
            [](const PyModel& self, const py::object& prompt, const py::object& on_token, int64_t max_tokens,
               std::optional<int64_t> loops, double temperature, int64_t top_k, double top_p,
@@ -197,9 +192,10 @@ One Model may be used from several Python threads at once (the GIL is released d
               bool stop_at_eos) {
              auto e = self.engine();
              if (!PyCallable_Check(on_token.ptr())) throw py::value_error("on_token must be callable");
-             refuse_unimplemented(early_exit_patience, 0, py::none());
              auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
                                      repetition_penalty, stop_sequences, seed, stop_at_eos);
+             req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
+                                                early_exit_peek_every, early_exit_logit_margin);
              // A Python exception in the callback stops generation and is re-raised here.
              std::exception_ptr callback_error;
              auto cb = [&](int32_t tok) -> bool {
@@ -218,13 +214,7 @@ One Model may be used from several Python threads at once (the GIL is released d
                res = runtime::generate(*e, req, cb);
              }
              if (callback_error) std::rethrow_exception(callback_error);
-             py::dict d;
-             d["tokens"] = res.tokens;
-             d["prefill_ms"] = res.prefill_ms;
-             d["first_token_ms"] = res.first_token_ms;
-             d["decode_steady_ms"] = res.decode_steady_ms;
-             d["tokens_emitted"] = res.tokens_emitted;
-             return d;
+             return stream_result(res);
            },
            py::arg("prompt"), py::arg("on_token"), py::arg("max_tokens") = 64, py::arg("loops") = py::none(),
            py::arg("temperature") = 0.0, py::arg("top_k") = 50, py::arg("top_p") = 1.0,
@@ -233,7 +223,9 @@ One Model may be used from several Python threads at once (the GIL is released d
            py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3,
            py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
            py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
-           "generate() with on_token(tok) -> bool called per token (False stops after it) and a timing dict.")
+           "generate() with on_token(tok) -> bool called per token (False stops after it). Returns a dict:\n"
+           "tokens, prefill_ms, first_token_ms, decode_steady_ms, tokens_emitted, loops_per_token (the loop\n"
+           "depth behind each emitted token; early exit lowers it), mean_loops (their mean).")
       .def("_stepwise_logits",
            [](const PyModel& self, const py::object& ids, int64_t prefill_len, std::optional<int64_t> loops,
               int64_t cache_window) {

@@ -11,6 +11,11 @@
 namespace tinyloop::py_bind {
 void bind_model(py::module_& m, ModelClass& cls);
 void bind_sampler(py::module_& m);
+void bind_runtime(py::module_& m);
+void bind_depth(py::module_& m, ModelClass& cls);
+void bind_resume(py::module_& m, ModelClass& cls);
+void bind_speculative(py::module_& m, ModelClass& cls);
+void bind_grammar(py::module_& m);
 }  // namespace tinyloop::py_bind
 
 namespace py = pybind11;
@@ -37,4 +42,9 @@ PYBIND11_MODULE(tinyloop_py, m) {
   ModelClass cls(m, "Model");
   bind_model(m, cls);
   bind_sampler(m);
+  bind_runtime(m);
+  bind_depth(m, cls);
+  bind_resume(m, cls);
+  bind_speculative(m, cls);
+  bind_grammar(m);
 }

@@ -212,7 +212,7 @@ def run(args) -> int:
                    threads=c["threads"], kernels=c["kernels"],
                    simd_target=info["simd_target"] if c["kernels"] == "simd" else "scalar",
                    test=c["test"], depth=c["depth"], avg_ts=mean,
-                   stddev_ts=statistics.stdev(s) if len(s) > 1 else 0.0, samples_ts=s)
+                   stddev_ts=statistics.stdev(s) if len(s) > 1 else 0.0, max_ts=max(s), samples_ts=s)
         if c["test"].startswith("tg"):
             row["weight_gb_s"] = w.weight_bytes * mean / 1e9
             row["weight_bytes_per_token"] = w.weight_bytes

@@ -7,20 +7,22 @@
 namespace tinyloop::model {
 
 KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t window,
-                 ops::KvDType dtype, MemoryTracker* tracker)
+                 ops::KvDType dtype, MemoryTracker* tracker, int64_t extra_slots)
     : layout_(c, loops),
       capacity_(capacity),
       window_(window),
       n_kv_heads_(c.n_kv_heads),
       head_dim_(c.head_dim),
+      extra_slots_(extra_slots),
       dtype_(dtype),
       tracker_(tracker) {
   if (loops < 1) throw std::invalid_argument("loops must be >= 1, got " + std::to_string(loops));
   if (capacity < 1) throw std::invalid_argument("KV capacity must be >= 1");
+  if (extra_slots < 0) throw std::invalid_argument("extra KV slots must be >= 0");
   const int64_t elem = dtype == ops::KvDType::F16 ? 2 : 4;
   row_bytes_ = n_kv_heads_ * head_dim_ * elem;
   slot_bytes_ = 2 * capacity_ * row_bytes_;
-  bytes_ = slot_bytes_ * layout_.count();
+  bytes_ = slot_bytes_ * (layout_.count() + extra_slots_);
   try {
     data_.reset(new uint8_t[static_cast<size_t>(bytes_)]);
   } catch (const std::bad_alloc&) {
@@ -57,6 +59,7 @@ KvCache::KvCache(const KvCache& o, MemoryTracker* tracker)
       window_(o.window_),
       n_kv_heads_(o.n_kv_heads_),
       head_dim_(o.head_dim_),
+      extra_slots_(o.extra_slots_),
       dtype_(o.dtype_),
       row_bytes_(o.row_bytes_),
       slot_bytes_(o.slot_bytes_),

@@ -29,11 +29,15 @@ class KvCache {
  public:
   // window: 0 = every earlier position is visible; W > 0 = a query at p sees p-W+1 .. p.
   // capacity: rows per slot; a sequence longer than capacity wraps (needs window > 0).
+  // extra_slots: slots beyond layout().count(), numbered count() .. count() + extra - 1, that
+  // no forward writes by itself (self-speculation keeps its draft's post-block K/V there).
   KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t window,
-          ops::KvDType dtype, MemoryTracker* tracker);
+          ops::KvDType dtype, MemoryTracker* tracker, int64_t extra_slots = 0);
 
   const SlotLayout& layout() const { return layout_; }
   int64_t loops() const { return layout_.loops; }
+  // Every slot, extra ones included.
+  int64_t slot_count() const { return layout_.count() + extra_slots_; }
   int64_t capacity() const { return capacity_; }
   int64_t window() const { return window_; }
   ops::KvDType dtype() const { return dtype_; }
@@ -62,6 +66,7 @@ class KvCache {
   KvCache(const KvCache& other, MemoryTracker* tracker);  // deep copy, see clone()
   SlotLayout layout_;
   int64_t capacity_, window_, n_kv_heads_, head_dim_;
+  int64_t extra_slots_ = 0;
   ops::KvDType dtype_;
   int64_t row_bytes_;    // one position's K (or V) in one slot
   int64_t slot_bytes_;   // K and V of one slot

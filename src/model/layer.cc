@@ -44,10 +44,12 @@ void attention_sublayer(const ModelConfig& c, const LayerWeights& L, int64_t slo
     ops::rope(ws.q.data(), T, c.n_heads, c.head_dim, pos, theta, layout);
     ops::rope(ws.k.data(), T, c.n_kv_heads, c.head_dim, pos, theta, layout);
   }
-  ops::kv_write(kv.dtype(), kv.k_data(slot), kv.v_data(slot), kv.capacity(), c.n_kv_heads,
-                c.head_dim, ws.k.data(), ws.v.data(), pos, T);
-  for (int64_t t = 0; t < T; ++t) ws.k_lo[t] = kv.first_visible(pos[t]);
-  ops::attention(ws.q.data(), T, c.n_heads, kv.view(slot), pos, ws.k_lo.data(), ws.attn.data());
+  if (ws.router)
+    ws.router->attend(c, slot, ws.q.data(), ws.k.data(), ws.v.data(), pos, T, kv,
+                      ws.k_lo.data(), ws.attn.data());
+  else
+    attend_causal(c, slot, ws.q.data(), ws.k.data(), ws.v.data(), pos, T, kv, ws.k_lo.data(),
+                  ws.attn.data());
   linear(L.wo, ws.attn.data(), T, ws.proj.data());
 }
 
@@ -109,6 +111,15 @@ int64_t Workspace::bytes() const {
   for (const auto* b : {&normed, &qkv, &q, &k, &v, &attn, &proj, &gate, &up, &concat})
     n += static_cast<int64_t>(b->capacity() * sizeof(float));
   return n + static_cast<int64_t>(k_lo.capacity() * sizeof(int64_t));
+}
+
+void attend_causal(const ModelConfig& c, int64_t slot, const float* q, const float* k,
+                   const float* v, const int64_t* pos, int64_t T, KvCache& kv, int64_t* k_lo,
+                   float* out) {
+  ops::kv_write(kv.dtype(), kv.k_data(slot), kv.v_data(slot), kv.capacity(), c.n_kv_heads,
+                c.head_dim, k, v, pos, T);
+  for (int64_t t = 0; t < T; ++t) k_lo[t] = kv.first_visible(pos[t]);
+  ops::attention(q, T, c.n_heads, kv.view(slot), pos, k_lo, out);
 }
 
 void apply_norm(const ModelConfig& c, const NormWeights& n, const float* x, int64_t T, float* y) {

@@ -13,7 +13,7 @@ LoopedModel::LoopedModel(std::shared_ptr<const ModelFile> file)
     : file_(std::move(file)), cfg_(file_->config()), w_(bind_weights(*file_)) {}
 
 void LoopedModel::prelude(const int32_t* tokens, const int64_t* pos, int64_t T, KvCache& kv,
-                          Workspace& ws, float* x) const {
+                          Workspace& ws, float* x, float* trace) const {
   const int64_t D = cfg_.dim;
   const float scale = static_cast<float>(cfg_.embed_scale);
   std::vector<float> row(cfg_.pos_encoding == PosEncoding::Learned ? D : 0);  // [D]
@@ -30,8 +30,11 @@ void LoopedModel::prelude(const int32_t* tokens, const int64_t* pos, int64_t T, 
       ops::add(xt, row.data(), D, xt);
     }
   }
-  for (int64_t i = 0; i < cfg_.n_pre_blocks; ++i)
+  if (trace) std::memcpy(trace, x, sizeof(float) * T * D);
+  for (int64_t i = 0; i < cfg_.n_pre_blocks; ++i) {
     run_layer(cfg_, w_.pre[i], kv.layout().pre(i), x, pos, T, kv, ws);
+    if (trace) std::memcpy(trace + (i + 1) * T * D, x, sizeof(float) * T * D);
+  }
 }
 
 void LoopedModel::initial_state(const float* x, const int64_t* pos, int64_t T, float* s) const {

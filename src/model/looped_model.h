@@ -31,8 +31,10 @@ class LoopedModel {
   MemoryTracker& memory() const { return memory_; }
 
   // x[T, D] = pre_blocks(embed[tokens] * embed_scale (+ pos_emb[pos])). Writes pre slots.
+  // trace (optional, for score_trajectory): [1 + n_pre_blocks, T, D] receives the embedding,
+  // then the output of each pre layer.
   void prelude(const int32_t* tokens, const int64_t* pos, int64_t T, KvCache& kv,
-               Workspace& ws, float* x) const;
+               Workspace& ws, float* x, float* trace = nullptr) const;
   // s[T, D] = the loop's initial state for inputs x[T, D] at positions pos[T].
   void initial_state(const float* x, const int64_t* pos, int64_t T, float* s) const;
   // s[T, D] <- iteration `i` (0-based) of the loop: inject x, loop layers, loop norm.

@@ -2,9 +2,9 @@
 // before its output is written, so the documented aliasing (out == an input) is safe.
 #include <cmath>
 
-#include "ops/ops.h"
+#include "ops/reference.h"
 
-namespace tinyloop::ops {
+namespace tinyloop::ops::ref {
 
 // gate [n], up [n], out [n] (out may be gate or up).
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
@@ -41,4 +41,4 @@ void add(const float* a, const float* b, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
 
-}  // namespace tinyloop::ops
+}  // namespace tinyloop::ops::ref

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "ops/convert_inl.h"
-#include "ops/ops.h"
+#include "ops/reference.h"
 
-namespace tinyloop::ops {
+namespace tinyloop::ops::ref {
 namespace {
 
 // One [head_dim] row of kv head g for absolute position p, as float. For F32 storage the
@@ -136,4 +136,4 @@ void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
   }
 }
 
-}  // namespace tinyloop::ops
+}  // namespace tinyloop::ops::ref

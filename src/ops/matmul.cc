@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "ops/convert_inl.h"
-#include "ops/ops.h"
+#include "ops/reference.h"
 
-namespace tinyloop::ops {
+namespace tinyloop::ops::ref {
 namespace {
 
 constexpr int64_t kMr = 2;                  // x rows per micro-kernel
@@ -140,4 +140,4 @@ void weight_row_to_f32(const WeightView& w, int64_t row, float* out) {
   }
 }
 
-}  // namespace tinyloop::ops
+}  // namespace tinyloop::ops::ref

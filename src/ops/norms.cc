@@ -3,9 +3,9 @@
 // statistics of a row are complete before any element of it is written, so y may be x.
 #include <cmath>
 
-#include "ops/ops.h"
+#include "ops/reference.h"
 
-namespace tinyloop::ops {
+namespace tinyloop::ops::ref {
 
 // x [T, D], w [D], y [T, D] (y == x allowed).
 void rmsnorm(const float* x, int64_t T, int64_t D, const float* w, float eps, float* y) {
@@ -53,4 +53,4 @@ void layernorm(const float* x, int64_t T, int64_t D, const float* w, const float
   }
 }
 
-}  // namespace tinyloop::ops
+}  // namespace tinyloop::ops::ref

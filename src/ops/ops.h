@@ -1,12 +1,19 @@
-// The compute ops of the model layer: scalar reference implementations.
-// Every op is a plain function over row-major float32 buffers; shapes are in the comments.
-// A SIMD / threaded version of any op must give the same result as these within float
-// rounding (issue: CPU speed); these stay as the reference its tests compare against.
+// The compute ops of the model layer. Every op is a plain function over row-major float32
+// buffers; shapes are in the comments.
+// Each call runs the SIMD + threaded kernel of src/cpu (Highway, ISA picked at run time) when
+// the op has one, else the scalar reference (ops/reference.h). The two agree within float
+// rounding, and both are batch-invariant: row t of a T-row call is bit-identical to that row
+// computed alone. TINYLOOP_FORCE_SCALAR=1 (or set_force_scalar) selects the reference.
 #pragma once
 #include <cstdint>
 #include "ops/dtype.h"
 
 namespace tinyloop::ops {
+
+// Kernel choice for every later call in the process: true = the scalar reference (slow;
+// for A/B benchmarks and debugging). Defaults to env TINYLOOP_FORCE_SCALAR=1, read once.
+void set_force_scalar(bool scalar);
+bool force_scalar();
 
 // A weight matrix as stored in the model file: [rows = out, cols = in], row-major.
 struct WeightView {

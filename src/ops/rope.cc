@@ -5,9 +5,9 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/ops.h"
+#include "ops/reference.h"
 
-namespace tinyloop::ops {
+namespace tinyloop::ops::ref {
 
 // x [T, n_heads, head_dim] (in place), pos [T].
 void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t* pos,
@@ -48,4 +48,4 @@ void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t*
   }
 }
 
-}  // namespace tinyloop::ops
+}  // namespace tinyloop::ops::ref

@@ -1,11 +1,14 @@
 // Autoregressive generation: prefill the prompt once, then one token per step reusing the
 // KV cache (or, on the uncached reference path, re-running the whole prefix each step).
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
+#include "runtime/early_exit.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 
@@ -20,6 +23,7 @@ struct GenerateRequest {
   std::vector<std::vector<int32_t>> stop_sequences;
   std::optional<uint64_t> seed;  // none = fresh entropy
   bool stop_at_eos = true;       // the config's eos_ids end generation (kept in the output)
+  EarlyExitParams early_exit;    // decode-time early exit; disabled by default
 };
 
 struct GenerateResult {
@@ -28,6 +32,11 @@ struct GenerateResult {
   double first_token_ms = 0;     // call start -> first on_token returned
   double decode_steady_ms = 0;   // first on_token returned -> end
   int64_t tokens_emitted = 0;
+  // Iterations of the forward whose logits chose each emitted token ([tokens_emitted]):
+  // the first comes from the prefill (always `loops`), the rest from decode steps, which
+  // early exit may stop sooner.
+  std::vector<int64_t> loops_per_token;
+  double mean_loops() const;
 };
 
 // Called once per emitted token; returning false stops after that token.
@@ -37,5 +46,17 @@ using TokenCallback = std::function<bool(int32_t)>;
 // prompt + max_tokens exceeds max_seq_len), then generates.
 GenerateResult generate(const Engine& engine, const GenerateRequest& req,
                         const TokenCallback& on_token = {});
+
+// The argument checks of generate(), for callers that prefill themselves.
+void validate(const Engine& engine, const GenerateRequest& req);
+
+// Decoding after a prefill done elsewhere (warm-start resume): `kv` holds req.prompt at
+// `loops` iterations (it may have slots for more), `logits` [V] are the prompt's last-position
+// logits. Continues exactly as generate() would after its own prefill. Timings count from
+// `start`; prefill_ms is passed in. The caller validates req.
+GenerateResult generate_after_prefill(const Engine& engine, const GenerateRequest& req, int64_t loops,
+                                      std::unique_ptr<model::KvCache> kv, std::vector<float> logits,
+                                      std::chrono::steady_clock::time_point start, double prefill_ms,
+                                      const TokenCallback& on_token = {});
 
 }  // namespace tinyloop::runtime

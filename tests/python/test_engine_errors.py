@@ -124,8 +124,6 @@ def test_on_token_must_be_callable(model):
 
 
 def test_unimplemented_features_refused_clearly(model):
-    with pytest.raises(ValueError, match="early exit"):
-        model.generate(PROMPT, early_exit_patience=1)
     with pytest.raises(ValueError, match="beam"):
         model.generate(PROMPT, beam_size=3)
     with pytest.raises(ValueError, match="grammar"):

@@ -5,7 +5,7 @@ JAX on CPU. Randomised loop depth per step (Huginn-style log-normal Poisson, cli
 [1, --max-depth]) with truncated backprop through the last --backprop-depth iterations.
 Everything is seeded: the same command on the same corpus gives the same model.
 
-    python3 tools/train/train_looped.py --out models/tinyloop-demo.tinyloop --steps 620
+    python3 tools/train/train_looped.py --out models/tinyloop-demo.tinyloop --steps 850
 
 See tools/train/README.md.
 """
@@ -140,10 +140,13 @@ def main(argv=None):
     ap.add_argument("--corpus", default="/work/shared/data/corpus")
     ap.add_argument("--workdir", default=os.path.join(HERE, ".cache", "run"),
                     help="checkpoints, log file and final params go here")
-    ap.add_argument("--steps", type=int, default=620)
+    ap.add_argument("--steps", type=int, default=850)
     ap.add_argument("--minutes", type=float, default=0.0,
                     help="wall-clock cap for the training loop (0 = none); if hit, training stops "
                          "early and the last step is exported (not reproducible by --steps alone)")
+    ap.add_argument("--stop-step", type=int, default=0,
+                    help="stop after this step (the LR schedule still follows --steps); reproduces "
+                         "a run that --minutes stopped early at that step")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--resume", action="store_true", help="continue from workdir/ckpt.npz")
     ap.add_argument("--export-only", action="store_true",
@@ -261,7 +264,8 @@ def main(argv=None):
     if step == 0:
         ev = evaluate(params, a.eval_windows, EVAL_DEPTHS)
         log(f"eval step 0 held-out loss: {fmt(ev)}")
-    while step < a.steps:
+    end_step = min(a.steps, a.stop_step) if a.stop_step else a.steps
+    while step < end_step:
         L, xb, yb = step_batch(a.seed, step, train_ids, B, T, a.mean_depth, a.max_depth)
         k = min(L, a.backprop_depth)
         fn = get_train_fn(k)
@@ -272,13 +276,13 @@ def main(argv=None):
         win_loss += float(loss)
         win_n += 1
         now = time.time()
-        if step % a.log_every == 0 or step == a.steps:
+        if step % a.log_every == 0 or step == end_step:
             dt = now - win_t
             log(f"step {step}/{a.steps} L={L} loss {win_loss / win_n:.4f} gnorm {float(gnorm):.3f} "
                 f"lr {float(sched(step)):.2e} tok/s {win_n * B * T / dt:.0f} "
                 f"elapsed {(now - t0 + elapsed_before) / 60:.1f} min")
             win_loss, win_n, win_t = 0.0, 0, time.time()
-        if now - last_eval > a.eval_every_min * 60 and step < a.steps:
+        if now - last_eval > a.eval_every_min * 60 and step < end_step:
             ev = evaluate(params, a.eval_windows, EVAL_DEPTHS)
             log(f"eval step {step} held-out loss: {fmt(ev)}")
             last_eval = time.time()
@@ -286,14 +290,16 @@ def main(argv=None):
             save_ckpt(ckpt, step, params, opt_state, cfg, time.time() - t0 + elapsed_before)
             log(f"checkpoint step {step}")
             last_ckpt = time.time()
-        if a.minutes and (time.time() - t0 + elapsed_before) > a.minutes * 60 and step < a.steps:
+        if a.minutes and (time.time() - t0 + elapsed_before) > a.minutes * 60 and step < end_step:
             log(f"WARNING: --minutes {a.minutes} reached at step {step}/{a.steps}; stopping early")
             stopped_early = True
             break
+    stopped_early = stopped_early or step < a.steps
     train_time = time.time() - t0 + elapsed_before
     save_ckpt(ckpt, step, params, opt_state, cfg, train_time)
     log(f"training done: step {step}, wall time {train_time / 60:.1f} min"
-        + (" (stopped early by --minutes)" if stopped_early else ""))
+        + (f" (stopped early at step {step} of a {a.steps}-step schedule; reproduce with "
+           f"--steps {a.steps} --stop-step {step})" if stopped_early else ""))
     export_model(a.out, cfg, params, tok_json, log)
     np.savez(os.path.join(a.workdir, "final_params.npz"), **{k: np.asarray(v) for k, v in params.items()})
     depths = [int(d) for d in a.final_eval_depths.split(",") if d]

@@ -1,0 +1,48 @@
+// Process-wide runtime settings of the CPU backend: the thread pool size and the kernel
+// choice (SIMD or the scalar reference), plus what the dispatcher picked. Settings, not
+// model state, so they live on the module (tinyloop_py.set_num_threads(n), ...).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include "cpu/kernels.h"
+#include "cpu/thread_pool.h"
+#include "hwy/targets.h"
+#include "ops/ops.h"
+
+namespace tinyloop::py_bind {
+namespace py = pybind11;
+
+void bind_runtime(py::module_& m) {
+  m.def("set_num_threads",
+        [](int n) {
+          py::gil_scoped_release nogil;  // waits for a kernel in flight on another thread
+          cpu::set_num_threads(n);
+        },
+        py::arg("n"),
+        "Threads the CPU kernels use, process-wide (the calling thread included). n < 1 "
+        "restores the default: env TINYLOOP_NUM_THREADS, else the hardware concurrency. "
+        "Calls made from several Python threads at once share the pool: a call that finds it "
+        "busy runs on its own thread, so the machine is never oversubscribed by the pool.");
+  m.def("get_num_threads", &cpu::num_threads, "Threads the CPU kernels use.");
+  m.def("set_force_scalar", &ops::set_force_scalar, py::arg("scalar"),
+        "True: run the scalar reference kernels instead of the SIMD ones, process-wide "
+        "(benchmarks, debugging; default from env TINYLOOP_FORCE_SCALAR=1).");
+  m.def("cpu_info",
+        [] {
+          py::dict d;
+          std::vector<std::string> names;
+          for (int64_t t : cpu::compiled_targets()) names.push_back(hwy::TargetName(t));
+          d["simd_target"] = cpu::simd_target_name();
+          d["compiled_targets"] = names;
+          d["force_scalar"] = ops::force_scalar();
+          d["num_threads"] = cpu::num_threads();
+          return d;
+        },
+        "The CPU backend's state: the SIMD target in use (e.g. 'AVX3'), the targets compiled "
+        "in, whether the scalar reference is forced, and the thread count.");
+}
+
+}  // namespace tinyloop::py_bind

@@ -1,0 +1,60 @@
+// generate()'s keyword arguments -> runtime::GenerateRequest, shared by every binding that
+// decodes (generate / generate_stream, resume_generate). Range checks stay in the runtime,
+// which names the argument in its std::invalid_argument (a Python ValueError).
+#pragma once
+#include <pybind11/pybind11.h>
+
+#include <climits>
+#include <cstdint>
+#include <optional>
+
+#include "convert.h"
+#include "runtime/early_exit.h"
+#include "runtime/generate.h"
+
+namespace tinyloop::py_bind {
+
+// Everything of a request except the prompt.
+inline void fill_request(runtime::GenerateRequest& r, int64_t max_tokens, std::optional<int64_t> loops,
+                         double temperature, int64_t top_k, double top_p, int64_t cache_window,
+                         double repetition_penalty, const py::object& stop_sequences,
+                         std::optional<uint64_t> seed, bool stop_at_eos) {
+  r.max_tokens = max_tokens;
+  r.loops = loops;
+  if (top_k > INT32_MAX) top_k = INT32_MAX;
+  if (top_k < INT32_MIN) top_k = INT32_MIN;
+  r.sampling.temperature = static_cast<float>(temperature);
+  r.sampling.top_k = static_cast<int>(top_k);
+  r.sampling.top_p = static_cast<float>(top_p);
+  r.sampling.repetition_penalty = static_cast<float>(repetition_penalty);
+  r.cache_window = cache_window;
+  r.stop_sequences = to_stop_sequences(stop_sequences);
+  r.seed = seed;
+  r.stop_at_eos = stop_at_eos;
+}
+
+inline runtime::EarlyExitParams early_exit_params(int64_t patience, int64_t min_L, double tau,
+                                                  int64_t peek_every, double logit_margin) {
+  runtime::EarlyExitParams p;
+  p.patience = patience;
+  p.min_L = min_L;
+  p.tau = tau;
+  p.peek_every = peek_every;
+  p.logit_margin = logit_margin;
+  return p;
+}
+
+// generate_stream's timing dict, plus the loop depth behind each emitted token.
+inline py::dict stream_result(const runtime::GenerateResult& res) {
+  py::dict d;
+  d["tokens"] = res.tokens;
+  d["prefill_ms"] = res.prefill_ms;
+  d["first_token_ms"] = res.first_token_ms;
+  d["decode_steady_ms"] = res.decode_steady_ms;
+  d["tokens_emitted"] = res.tokens_emitted;
+  d["loops_per_token"] = res.loops_per_token;
+  d["mean_loops"] = res.mean_loops();
+  return d;
+}
+
+}  // namespace tinyloop::py_bind

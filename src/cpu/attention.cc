@@ -1,0 +1,256 @@
+// SIMD attention over one KV slot (F32 or F16 storage), same contract as ops::attention.
+//
+// A task is one (query row t, kv head g) pair: the query heads of g's group attend to the
+// keys k_lo[t] .. q_pos[t]. Per query head the arithmetic is fixed by its own window:
+//   score[p] = SumOfLanes(sum over head_dim chunks of MulAdd(q, widen(K[p]))) * scale
+//   w[p] = Exp(score[p] - max) (vector exp, ~1 ulp), sum = lane-wise sum then SumOfLanes
+//   out = (sum over p in order of MulAdd(w[p], widen(V[p]))) * (1 / sum)
+// so a row's result does not depend on T or on the other rows (batch invariance), and
+// tasks may run on any thread.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "cpu/kernels.h"
+#include "cpu/thread_pool.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/attention.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "cpu/simd-inl.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+#ifndef TINYLOOP_CPU_ATTENTION_ARGS_
+#define TINYLOOP_CPU_ATTENTION_ARGS_
+namespace tinyloop::cpu::detail {
+struct AttnArgs {
+  const float* q;  // [T, n_heads, head_dim]
+  int64_t T, n_heads;
+  ops::KvView kv;  // k, v: [capacity, n_kv_heads, head_dim]
+  const int64_t* q_pos;  // [T]
+  const int64_t* k_lo;   // [T]
+  float* out;            // [T, n_heads, head_dim]
+};
+}  // namespace tinyloop::cpu::detail
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace tinyloop::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// One chunk (Lanes elements starting at c) of a [hd] row, widened; the row's tail chunk is
+// zero-padded without reading past the row.
+template <class DF, typename KT>
+HWY_INLINE hn::Vec<DF> LoadChunk(DF df, const KT* row, int64_t c, int64_t hd) {
+  const int64_t L = int64_t(hn::Lanes(df));
+  return c + L <= hd ? LoadF32(df, row + c) : LoadF32Tail(df, row + c, size_t(hd - c));
+}
+
+// o[c0 .. c0 + NV*L) of one query head = inv * sum_p w[p] * V[p] (the valid part only).
+//   vbase  [capacity, n_kv, hd] of KT, row r of kv head g at vbase + (r * n_kv + g) * hd
+//   w      [n] softmax numerators for window positions lo .. lo + n - 1
+//   o      [hd] output row
+template <int NV, typename KT>
+HWY_INLINE void WeightedV(const KT* vbase, int64_t cap, int64_t n_kv, int64_t g, int64_t hd,
+                          int64_t lo, int64_t n, const float* w, float inv, int64_t c0,
+                          float* o) {
+  static_assert(NV >= 1 && NV <= 4, "up to 4 vectors per pass");
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const int64_t L = int64_t(hn::Lanes(df));
+  // Named accumulators, not an array: GCC 12 keeps an array of vectors in memory.
+  V acc0 = hn::Zero(df), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  int64_t r = lo % cap;  // ring row of position lo + p, advanced without a division
+  for (int64_t p = 0; p < n; ++p) {
+    const KT* vr = vbase + (r * n_kv + g) * hd + c0;  // [hd - c0] from chunk c0 on
+    const V wv = hn::Set(df, w[p]);
+    acc0 = hn::MulAdd(wv, LoadChunk(df, vr, 0, hd - c0), acc0);
+    if constexpr (NV > 1) acc1 = hn::MulAdd(wv, LoadChunk(df, vr, L, hd - c0), acc1);
+    if constexpr (NV > 2) acc2 = hn::MulAdd(wv, LoadChunk(df, vr, 2 * L, hd - c0), acc2);
+    if constexpr (NV > 3) acc3 = hn::MulAdd(wv, LoadChunk(df, vr, 3 * L, hd - c0), acc3);
+    if (++r == cap) r = 0;
+  }
+  const V iv = hn::Set(df, inv);
+  const V res[4] = {hn::Mul(acc0, iv), hn::Mul(acc1, iv), hn::Mul(acc2, iv), hn::Mul(acc3, iv)};
+  for (int v = 0; v < NV; ++v) {
+    const int64_t c = c0 + v * L;
+    if (c + L <= hd)
+      hn::StoreU(res[v], df, o + c);
+    else
+      StoreTail(df, res[v], o + c, size_t(hd - c));
+  }
+}
+
+// sc[j * np + p] = dot(q_j, K[lo + p]) * scale for every head j of the group, p < n. The
+// dot is acc = MulAdd(q chunk c, K chunk c, acc) over the chunks in order, then SumOfLanes:
+// NC > 0 unrolls rows of exactly NC chunks (K chunks kept in registers across the group's
+// heads), NC == 0 loops; both do the same arithmetic.
+//   kbase  [capacity, n_kv, hd] of KT
+//   qp     [group, hdp] zero-padded query rows
+template <int NC, typename KT>
+HWY_INLINE void QkScores(const KT* kbase, int64_t cap, int64_t n_kv, int64_t g, int64_t hd,
+                         int64_t hdp, int64_t lo, int64_t n, const float* qp, int64_t group,
+                         float scale, float* sc, int64_t np) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const int64_t L = int64_t(hn::Lanes(df));
+  int64_t r = lo % cap;
+  for (int64_t p = 0; p < n; ++p) {
+    const KT* kr = kbase + (r * n_kv + g) * hd;  // [hd]
+    if constexpr (NC == 0) {
+      for (int64_t j = 0; j < group; ++j) {
+        const float* qj = qp + j * hdp;  // [hdp]
+        V acc = hn::Zero(df);
+        for (int64_t c = 0; c < hd; c += L) acc = hn::MulAdd(hn::LoadU(df, qj + c), LoadChunk(df, kr, c, hd), acc);
+        sc[j * np + p] = ReduceSumF32(df, acc) * scale;
+      }
+    } else {
+      const V k0 = LoadChunk(df, kr, 0, hd);
+      const V k1 = NC > 1 ? LoadChunk(df, kr, L, hd) : k0;
+      const V k2 = NC > 2 ? LoadChunk(df, kr, 2 * L, hd) : k0;
+      const V k3 = NC > 3 ? LoadChunk(df, kr, 3 * L, hd) : k0;
+      for (int64_t j = 0; j < group; ++j) {
+        const float* qj = qp + j * hdp;  // [hdp]
+        V acc = hn::MulAdd(hn::LoadU(df, qj), k0, hn::Zero(df));
+        if constexpr (NC > 1) acc = hn::MulAdd(hn::LoadU(df, qj + L), k1, acc);
+        if constexpr (NC > 2) acc = hn::MulAdd(hn::LoadU(df, qj + 2 * L), k2, acc);
+        if constexpr (NC > 3) acc = hn::MulAdd(hn::LoadU(df, qj + 3 * L), k3, acc);
+        sc[j * np + p] = ReduceSumF32(df, acc) * scale;
+      }
+    }
+    if (++r == cap) r = 0;
+  }
+}
+
+template <typename KT>
+HWY_NOINLINE void AttendGroupT(const detail::AttnArgs& a, int64_t t, int64_t g) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const int64_t L = int64_t(hn::Lanes(df));
+  const ops::KvView& kv = a.kv;
+  const int64_t hd = kv.head_dim, n_kv = kv.n_kv_heads, cap = kv.capacity;
+  const int64_t group = a.n_heads / n_kv;
+  float* og = a.out + (t * a.n_heads + g * group) * hd;  // [group, hd]
+  const int64_t lo = a.k_lo[t], n = a.q_pos[t] - lo + 1;
+  if (n <= 0) {
+    std::fill(og, og + group * hd, 0.f);
+    return;
+  }
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  const int64_t hdp = (hd + L - 1) / L * L;  // hd padded to whole vectors
+  const int64_t np = (n + L - 1) / L * L;    // window padded to whole vectors
+  thread_local std::vector<float> qbuf, sbuf;
+  if (qbuf.size() < size_t(group * hdp)) qbuf.resize(size_t(group * hdp));
+  if (sbuf.size() < size_t(group * np)) sbuf.resize(size_t(group * np));
+  float* qp = qbuf.data();  // [group, hdp] query rows, zero-padded
+  float* sc = sbuf.data();  // [group, np] scores, then softmax numerators (pad: -inf, then 0)
+
+  const float* qg = a.q + (t * a.n_heads + g * group) * hd;  // [group, hd]
+  for (int64_t j = 0; j < group; ++j) {
+    std::copy(qg + j * hd, qg + (j + 1) * hd, qp + j * hdp);
+    std::fill(qp + j * hdp + hd, qp + (j + 1) * hdp, 0.f);
+    std::fill(sc + j * np + n, sc + (j + 1) * np, -std::numeric_limits<float>::infinity());
+  }
+
+  // Scores: one pass over the window's K rows, each used by every head of the group.
+  const KT* kbase = static_cast<const KT*>(kv.k);
+  switch (hdp / L) {  // unrolled for rows of up to 4 vectors (head_dim 64 on AVX-512)
+    case 1: QkScores<1>(kbase, cap, n_kv, g, hd, hdp, lo, n, qp, group, scale, sc, np); break;
+    case 2: QkScores<2>(kbase, cap, n_kv, g, hd, hdp, lo, n, qp, group, scale, sc, np); break;
+    case 3: QkScores<3>(kbase, cap, n_kv, g, hd, hdp, lo, n, qp, group, scale, sc, np); break;
+    case 4: QkScores<4>(kbase, cap, n_kv, g, hd, hdp, lo, n, qp, group, scale, sc, np); break;
+    default: QkScores<0>(kbase, cap, n_kv, g, hd, hdp, lo, n, qp, group, scale, sc, np); break;
+  }
+
+  // Softmax numerators per head; the -inf padding exps to exactly 0.
+  const KT* vbase = static_cast<const KT*>(kv.v);
+  for (int64_t j = 0; j < group; ++j) {
+    float* s = sc + j * np;  // [np]
+    V mx = hn::LoadU(df, s);
+    for (int64_t i = L; i < np; i += L) mx = hn::Max(mx, hn::LoadU(df, s + i));
+    const V m = hn::MaxOfLanes(df, mx);
+    V sum = hn::Zero(df);
+    for (int64_t i = 0; i < np; i += L) {
+      const V e = hn::Exp(df, hn::Sub(hn::LoadU(df, s + i), m));
+      hn::StoreU(e, df, s + i);
+      sum = hn::Add(sum, e);
+    }
+    const float inv = 1.f / ReduceSumF32(df, sum);  // sum >= 1: the max term is exp(0)
+    float* o = og + j * hd;  // [hd]
+    for (int64_t c0 = 0; c0 < hd; c0 += 4 * L) {
+      switch (std::min<int64_t>(4, (hd - c0 + L - 1) / L)) {
+        case 1: WeightedV<1>(vbase, cap, n_kv, g, hd, lo, n, s, inv, c0, o); break;
+        case 2: WeightedV<2>(vbase, cap, n_kv, g, hd, lo, n, s, inv, c0, o); break;
+        case 3: WeightedV<3>(vbase, cap, n_kv, g, hd, lo, n, s, inv, c0, o); break;
+        default: WeightedV<4>(vbase, cap, n_kv, g, hd, lo, n, s, inv, c0, o); break;
+      }
+    }
+  }
+}
+
+// dst[n] = f16(src[n]), round to nearest even. With a conversion instruction (F16C,
+// AVX-512) that is the hardware's exact IEEE conversion, which rounds, saturates to inf and
+// quiets nan exactly as the scalar reference's float_to_half (the tests check every class of
+// value bit for bit); without one, the scalar reference's conversion itself.
+void FloatToHalfN(const float* HWY_RESTRICT src, int64_t n, uint16_t* HWY_RESTRICT dst) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const int64_t L = int64_t(hn::Lanes(df));
+  auto* out = reinterpret_cast<hwy::float16_t*>(dst);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, src + i)), dh, out + i);
+  for (; i < n; ++i) dst[i] = ops::detail::float_to_half(src[i]);
+#else
+  for (int64_t i = 0; i < n; ++i) dst[i] = ops::detail::float_to_half(src[i]);
+#endif
+}
+
+void AttendGroup(const detail::AttnArgs& a, int64_t t, int64_t g) {
+  if (a.kv.dtype == ops::KvDType::F16)
+    AttendGroupT<hwy::float16_t>(a, t, g);
+  else
+    AttendGroupT<float>(a, t, g);
+}
+
+}  // namespace tinyloop::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace tinyloop::cpu {
+HWY_EXPORT(AttendGroup);
+HWY_EXPORT(FloatToHalfN);
+
+// k, v [capacity, n_kv_heads, head_dim]; k_rows, v_rows [T, n_kv_heads, head_dim]; pos [T].
+void kv_write(ops::KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
+              int64_t head_dim, const float* k_rows, const float* v_rows, const int64_t* pos,
+              int64_t T) {
+  const int64_t row = n_kv_heads * head_dim;  // elements per position
+  const auto to_half = HWY_DYNAMIC_DISPATCH(FloatToHalfN);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t r = pos[t] % capacity;
+    if (dtype == ops::KvDType::F32) {
+      std::memcpy(static_cast<float*>(k) + r * row, k_rows + t * row, size_t(row) * sizeof(float));
+      std::memcpy(static_cast<float*>(v) + r * row, v_rows + t * row, size_t(row) * sizeof(float));
+    } else {
+      to_half(k_rows + t * row, row, static_cast<uint16_t*>(k) + r * row);
+      to_half(v_rows + t * row, row, static_cast<uint16_t*>(v) + r * row);
+    }
+  }
+}
+
+// q [T, n_heads, head_dim], q_pos [T], k_lo [T], out [T, n_heads, head_dim].
+void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,
+               const int64_t* q_pos, const int64_t* k_lo, float* out) {
+  if (T <= 0) return;
+  const detail::AttnArgs a{q, T, n_heads, kv, q_pos, k_lo, out};
+  const auto fn = HWY_DYNAMIC_DISPATCH(AttendGroup);
+  const int64_t n_kv = kv.n_kv_heads;
+  parallel_for(T * n_kv, [&](int64_t i) { fn(a, i / n_kv, i % n_kv); });
+}
+}  // namespace tinyloop::cpu
+#endif

@@ -1,0 +1,193 @@
+// cpu::attention against the scalar reference (ops::ref::attention), on every compiled
+// target: MHA and GQA, odd head_dim (vector tails), F16 and F32 KV, ring slots, sliding
+// windows, empty windows; and batch / thread invariance bit for bit.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <vector>
+
+#include "cpu/kernels.h"
+#include "cpu/test_util.h"
+#include "cpu/thread_pool.h"
+#include "ops/reference.h"
+#include "ops/test_util.h"
+
+namespace tinyloop::cpu {
+namespace {
+
+using ops::testing::kU;
+using ops::testing::random_floats;
+
+// A KV slot with positions 0 .. n_pos-1 written (ring: row p % capacity holds the newest).
+struct Slot {
+  ops::KvDType dtype;
+  int64_t capacity, n_kv, hd;
+  std::vector<float> kf, vf;     // [capacity, n_kv, hd] when F32
+  std::vector<uint16_t> kh, vh;  // [capacity, n_kv, hd] when F16
+
+  Slot(ops::KvDType dt, int64_t cap, int64_t nkv, int64_t d, int64_t n_pos, uint32_t seed)
+      : dtype(dt), capacity(cap), n_kv(nkv), hd(d) {
+    const size_t n = size_t(cap * nkv * d);
+    kf.assign(n, NAN);  // never-written rows are nan: reading one would show
+    vf.assign(n, NAN);
+    kh.assign(n, 0x7e00);
+    vh.assign(n, 0x7e00);
+    std::vector<int64_t> pos(static_cast<size_t>(n_pos));
+    for (int64_t p = 0; p < n_pos; ++p) pos[size_t(p)] = p;
+    const auto kr = random_floats(size_t(n_pos * nkv * d), seed, -2.f, 2.f);
+    const auto vr = random_floats(size_t(n_pos * nkv * d), seed + 1);
+    ops::ref::kv_write(dt, k(), v(), cap, nkv, d, kr.data(), vr.data(), pos.data(), n_pos);
+  }
+  void* k() { return dtype == ops::KvDType::F32 ? (void*)kf.data() : (void*)kh.data(); }
+  void* v() { return dtype == ops::KvDType::F32 ? (void*)vf.data() : (void*)vh.data(); }
+  ops::KvView view() {
+    ops::KvView kv;
+    kv.dtype = dtype;
+    kv.k = k();
+    kv.v = v();
+    kv.capacity = capacity;
+    kv.n_kv_heads = n_kv;
+    kv.head_dim = hd;
+    return kv;
+  }
+};
+
+// Query rows for positions q_pos, windows [k_lo, q_pos].
+struct Queries {
+  std::vector<float> q;  // [T, n_heads, hd]
+  std::vector<int64_t> q_pos, k_lo;
+  int64_t T() const { return int64_t(q_pos.size()); }
+};
+
+// |cpu - ref| per element. Each logit is a float dot of hd terms scaled: error <= (hd + 2) u
+// * max|q||k| sums (max_qk); each softmax weight carries its own logit's error and the max's
+// (relative error ~ 2 (hd + 2) u max_qk, exp itself <= 1-2 ulp in libm and in Highway's Exp);
+// the float sums over n keys and the 1/sum add (n + hd + 8) u. The output is a convex
+// combination of V rows, so each kernel is within max|v| u (2 (hd + 2) max_qk + n + hd + 8)
+// of the exact value; twice that between two kernels, and 2x margin (as ops' own test).
+void expect_close(Slot& s, int64_t n_heads, const Queries& qs) {
+  const int64_t T = qs.T(), hd = s.hd;
+  std::vector<float> out(size_t(T * n_heads * hd), NAN), ref(out.size(), NAN);
+  cpu::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), out.data());
+  ops::ref::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), ref.data());
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t n = qs.q_pos[size_t(t)] - qs.k_lo[size_t(t)] + 1;
+    double max_q = 0;
+    for (int64_t i = 0; i < n_heads * hd; ++i) max_q = std::max(max_q, double(std::fabs(qs.q[size_t(t * n_heads * hd + i)])));
+    // |k| <= 2, |v| <= 1 by construction (F16 rounding keeps the bounds).
+    const double max_qk = double(hd) * max_q * 2.0 / std::sqrt(double(hd));
+    const double tol = 4 * 1.0 * kU * (2.0 * double(hd + 2) * max_qk + double(std::max<int64_t>(n, 0) + hd + 8));
+    for (int64_t i = 0; i < n_heads * hd; ++i) {
+      const size_t j = size_t(t * n_heads * hd + i);
+      if (n <= 0) {
+        ASSERT_EQ(out[j], 0.f);
+        continue;
+      }
+      ASSERT_NEAR(out[j], ref[j], tol) << "t=" << t << " i=" << i << " hd=" << hd << " n=" << n;
+    }
+  }
+}
+
+Queries causal_chunk(int64_t first, int64_t T, int64_t n_heads, int64_t hd, int64_t window,
+                     uint32_t seed) {
+  Queries qs;
+  qs.q = random_floats(size_t(T * n_heads * hd), seed);
+  for (int64_t t = 0; t < T; ++t) {
+    qs.q_pos.push_back(first + t);
+    qs.k_lo.push_back(window > 0 ? std::max<int64_t>(0, first + t - window + 1) : 0);
+  }
+  return qs;
+}
+
+class CpuAttention : public ::testing::TestWithParam<ops::KvDType> {};
+
+TEST_P(CpuAttention, OddShapesAgainstReference) {
+  testing::for_each_target([&] {
+    uint32_t seed = 1;
+    for (int64_t hd : {1, 5, 8, 16, 17, 64, 80, 130})
+      for (auto [n_heads, n_kv] : {std::pair<int64_t, int64_t>{4, 4}, {6, 2}, {6, 3}}) {
+        Slot s(GetParam(), 40, n_kv, hd, 37, seed += 2);
+        // Decode of the last position, a causal chunk, and sliding windows of 5.
+        expect_close(s, n_heads, causal_chunk(36, 1, n_heads, hd, 0, seed += 2));
+        expect_close(s, n_heads, causal_chunk(30, 7, n_heads, hd, 0, seed += 2));
+        expect_close(s, n_heads, causal_chunk(30, 7, n_heads, hd, 5, seed += 2));
+        if (HasFatalFailure()) return;
+      }
+  });
+}
+
+TEST_P(CpuAttention, RingWrapAndLongWindow) {
+  testing::for_each_target([&] {
+    // 300 positions through a 64-row ring, windows of 64 that start mid-ring and wrap.
+    Slot s(GetParam(), 64, 2, 64, 300, 9);
+    expect_close(s, 4, causal_chunk(296, 4, 4, 64, 64, 10));
+    // 700 keys in one window: long softmax sums.
+    Slot big(GetParam(), 700, 1, 32, 700, 11);
+    expect_close(big, 2, causal_chunk(699, 1, 2, 32, 0, 12));
+  });
+}
+
+TEST_P(CpuAttention, EmptyWindowGivesZeros) {
+  Slot s(GetParam(), 8, 1, 16, 4, 13);
+  Queries qs = causal_chunk(3, 2, 2, 16, 0, 14);
+  qs.k_lo[1] = 5;  // k_lo > q_pos
+  expect_close(s, 2, qs);
+}
+
+// Each query row alone == the same row inside a chunk, and 1 thread == 3 threads. Bit-exact.
+TEST_P(CpuAttention, BatchAndThreadInvariant) {
+  testing::for_each_target([&] {
+    for (int64_t hd : {17, 64}) {
+      const int64_t n_heads = 6, T = 9;
+      Slot s(GetParam(), 48, 3, hd, 45, 15);
+      const Queries qs = causal_chunk(36, T, n_heads, hd, 20, 16);
+      const int64_t row = n_heads * hd;
+      std::vector<float> all(size_t(T * row));
+      cpu::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), all.data());
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<float> one(static_cast<size_t>(row));
+        cpu::attention(qs.q.data() + t * row, 1, n_heads, s.view(), &qs.q_pos[size_t(t)], &qs.k_lo[size_t(t)], one.data());
+        for (int64_t i = 0; i < row; ++i) ASSERT_EQ(one[size_t(i)], all[size_t(t * row + i)]) << "t=" << t;
+      }
+      const int before = num_threads();
+      for (int n : {1, 3}) {
+        set_num_threads(n);
+        std::vector<float> again(all.size());
+        cpu::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), again.data());
+        ASSERT_EQ(again, all) << "threads=" << n;
+      }
+      set_num_threads(before);
+    }
+  });
+}
+
+// kv_write stores exactly what the reference stores: F16 conversion of every class of value
+// (normals, halfway ties, subnormal results, overflow to inf, inf, nan, -0) bit for bit, on
+// every target, through a ring.
+TEST(CpuKvWrite, BitExactAgainstReference) {
+  const int64_t n_kv = 3, hd = 21, row = n_kv * hd, T = 5, cap = 4;
+  auto k_rows = random_floats(size_t(T * row), 1, -70000.f, 70000.f);
+  auto v_rows = random_floats(size_t(T * row), 2, -1e-4f, 1e-4f);  // half subnormals
+  const float specials[] = {INFINITY, -INFINITY, NAN, -0.f, 65504.f, 65520.f, 65519.f,
+                            1.f + 1.f / 2048, 1.f + 3.f / 2048, 5.96e-8f, 2.98e-8f, 1e-30f};
+  for (size_t i = 0; i < std::size(specials); ++i) k_rows[i * 5] = v_rows[i * 3 + 1] = specials[i];
+  const std::vector<int64_t> pos = {3, 4, 5, 6, 7};  // wraps the 4-row ring
+  for (auto dt : {ops::KvDType::F16, ops::KvDType::F32}) {
+    testing::for_each_target([&] {
+      const size_t n = size_t(cap * row) * (dt == ops::KvDType::F16 ? 2 : 4);
+      std::vector<unsigned char> k(n, 0xab), v(n, 0xcd), kr(n, 0xab), vr(n, 0xcd);
+      cpu::kv_write(dt, k.data(), v.data(), cap, n_kv, hd, k_rows.data(), v_rows.data(), pos.data(), T);
+      ops::ref::kv_write(dt, kr.data(), vr.data(), cap, n_kv, hd, k_rows.data(), v_rows.data(), pos.data(), T);
+      ASSERT_EQ(k, kr);
+      ASSERT_EQ(v, vr);
+    });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(KvDTypes, CpuAttention, ::testing::Values(ops::KvDType::F32, ops::KvDType::F16),
+                         [](const auto& info) { return info.param == ops::KvDType::F32 ? "F32" : "F16"; });
+
+}  // namespace
+}  // namespace tinyloop::cpu

@@ -1,0 +1,49 @@
+// SIMD + threaded CPU kernels (Google Highway, ISA chosen at run time), the fast versions of
+// the scalar reference ops in src/ops. Each function has exactly the contract of the op of
+// the same name in ops/ops.h (shapes, aliasing, NaN/inf behaviour within float rounding);
+// ops/dispatch.cc calls these unless TINYLOOP_FORCE_SCALAR=1.
+//
+// Batch invariance (what speculative decoding relies on): every output element is computed
+// by code that depends only on its own inputs and the sizes that define it (K for matmul,
+// head_dim and the key window for attention, D for a norm row) - never on T, on N, on the
+// thread that runs it or on where it falls in a block. So row t of a T-row call is
+// bit-identical to the same row computed alone. The tests check this bit-exactly.
+//
+// The weight / KV view structs are the ones of ops/ops.h (types only: this library does not
+// call into tinyloop_ops).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ops/ops.h"
+
+namespace tinyloop::cpu {
+
+// y[T, N] = x[T, K] @ W[N, K]^T (+ bias[N]). F16/BF16 weights are widened in registers
+// (fused dequant-in-dot). Output features are split across the thread pool.
+void matmul(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y);
+
+// Causal attention, same contract as ops::attention. (query row, kv head) pairs are split
+// across the thread pool.
+void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,
+               const int64_t* q_pos, const int64_t* k_lo, float* out);
+
+// Writes K/V rows into a slot (F16: hardware conversion), same contract as ops::kv_write.
+void kv_write(ops::KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
+              int64_t head_dim, const float* k_rows, const float* v_rows, const int64_t* pos,
+              int64_t T);
+
+// y[T, D] = x / sqrt(mean(x^2) + eps) * w[D]; y may alias x.
+void rmsnorm(const float* x, int64_t T, int64_t D, const float* w, float eps, float* y);
+// out[n] = silu(gate[n]) * up[n]; out may alias gate or up.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+// y[n] = a[n] + b[n]; y may alias a or b.
+void add(const float* a, const float* b, int64_t n, float* y);
+
+// Name of the Highway target the dispatcher picks now ("AVX3", "AVX2", "EMU128", ...).
+std::string simd_target_name();
+// Every Highway target compiled into this library (HWY_* bits), best first.
+std::vector<int64_t> compiled_targets();
+
+}  // namespace tinyloop::cpu

@@ -1,0 +1,202 @@
+// Per-target matmul kernels, templated on the weight element type; included once per
+// Highway target by matmul_{f32,f16,bf16}.cc (one translation unit per weight type, as
+// gemma.cpp does, so the three compile in parallel).
+//
+// The arithmetic of one output element y[t, n] (what batch invariance rests on):
+//   acc = 0 (a float vector of Lanes lanes)
+//   for each full vector k:   acc = MulAdd(x[t, k:k+L], widen(W[n, k:k+L]), acc)
+//   tail (K % L elements):    acc = MulAdd(zero-padded x tail, zero-padded W tail, acc)
+//   y = SumOfLanes(acc) (+ bias[n])
+// Each element has its own accumulator and nothing else enters it, so the micro-kernel
+// shape (how many rows and columns share a loop), the path (fused or tiled) and the thread
+// do not change the bits. Both paths widen F16/BF16 exactly, so they agree too.
+#if defined(TINYLOOP_CPU_MATMUL_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef TINYLOOP_CPU_MATMUL_INL_H_
+#undef TINYLOOP_CPU_MATMUL_INL_H_
+#else
+#define TINYLOOP_CPU_MATMUL_INL_H_
+#endif
+
+#include <algorithm>
+#include <type_traits>
+#include <vector>
+
+#include "cpu/matmul_internal.h"
+#include "cpu/simd-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace tinyloop::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Micro-kernel shapes (x rows x weight rows) per register file: MR * NR accumulators + MR x
+// vectors + 1 weight vector must fit. AVX-512 has 32 vector registers, AVX2 and SSE 16.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr int kTileMR = 4, kTileNR = 4;  // 16 + 4 + 1 = 21 of 32
+#else
+constexpr int kTileMR = 3, kTileNR = 4;  // 12 + 3 + 1 = 16 of 16
+#endif
+// Decode (one x row): independent accumulators to cover FMA latency; the weights stream
+// from memory at NR rows at once.
+constexpr int kFusedNR = 4;
+
+// One weight vector (column J of the tile) into the accumulators of every x row. Written
+// out with named accumulators rather than arrays: GCC 12 kept an array of 16 accumulator
+// vectors in memory (a store of each per iteration: 2.5x slower), named ones stay in
+// registers.
+#define TINYLOOP_TILE_COLUMN(J, LOAD)                                   \
+  if constexpr (NR > J) {                                               \
+    const V wv = LOAD;                                                  \
+    a0##J = hn::MulAdd(x0, wv, a0##J);                                  \
+    if constexpr (MR > 1) a1##J = hn::MulAdd(x1, wv, a1##J);            \
+    if constexpr (MR > 2) a2##J = hn::MulAdd(x2, wv, a2##J);            \
+    if constexpr (MR > 3) a3##J = hn::MulAdd(x3, wv, a3##J);            \
+  }
+#define TINYLOOP_TILE_OUT(I, J) \
+  if constexpr (MR > I && NR > J) out[I * NR + J] = ReduceSumF32(df, a##I##J);
+
+// out[i * NR + j] = dot(x_i[K], W_j[K]) for i < MR, j < NR (both <= 4), with the
+// per-element arithmetic described at the top.
+//   x   MR row pointers, each [K] float (pointers may repeat: padding rows)
+//   w   NR row pointers, each [K] of WT
+//   out [MR * NR]
+template <int MR, int NR, typename WT>
+HWY_INLINE void DotTile(const float* const* HWY_RESTRICT x, const WT* const* HWY_RESTRICT w,
+                        size_t K, float* HWY_RESTRICT out) {
+  static_assert(MR >= 1 && MR <= 4 && NR >= 1 && NR <= 4, "tile up to 4 x 4");
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const size_t L = hn::Lanes(df);
+  // Unused accumulators are dead code the compiler drops.
+  V a00 = hn::Zero(df), a01 = a00, a02 = a00, a03 = a00;
+  V a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+  V a20 = a00, a21 = a00, a22 = a00, a23 = a00;
+  V a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+  size_t k = 0;
+  for (; k + L <= K; k += L) {
+    const V x0 = hn::LoadU(df, x[0] + k);
+    const V x1 = MR > 1 ? hn::LoadU(df, x[1] + k) : x0;
+    const V x2 = MR > 2 ? hn::LoadU(df, x[2] + k) : x0;
+    const V x3 = MR > 3 ? hn::LoadU(df, x[3] + k) : x0;
+    TINYLOOP_TILE_COLUMN(0, LoadF32(df, w[0] + k))
+    TINYLOOP_TILE_COLUMN(1, LoadF32(df, w[1] + k))
+    TINYLOOP_TILE_COLUMN(2, LoadF32(df, w[2] + k))
+    TINYLOOP_TILE_COLUMN(3, LoadF32(df, w[3] + k))
+  }
+  if (k < K) {
+    const size_t rem = K - k;
+    const V x0 = LoadF32Tail(df, x[0] + k, rem);
+    const V x1 = MR > 1 ? LoadF32Tail(df, x[1] + k, rem) : x0;
+    const V x2 = MR > 2 ? LoadF32Tail(df, x[2] + k, rem) : x0;
+    const V x3 = MR > 3 ? LoadF32Tail(df, x[3] + k, rem) : x0;
+    TINYLOOP_TILE_COLUMN(0, LoadF32Tail(df, w[0] + k, rem))
+    TINYLOOP_TILE_COLUMN(1, LoadF32Tail(df, w[1] + k, rem))
+    TINYLOOP_TILE_COLUMN(2, LoadF32Tail(df, w[2] + k, rem))
+    TINYLOOP_TILE_COLUMN(3, LoadF32Tail(df, w[3] + k, rem))
+  }
+  TINYLOOP_TILE_OUT(0, 0) TINYLOOP_TILE_OUT(0, 1) TINYLOOP_TILE_OUT(0, 2) TINYLOOP_TILE_OUT(0, 3)
+  TINYLOOP_TILE_OUT(1, 0) TINYLOOP_TILE_OUT(1, 1) TINYLOOP_TILE_OUT(1, 2) TINYLOOP_TILE_OUT(1, 3)
+  TINYLOOP_TILE_OUT(2, 0) TINYLOOP_TILE_OUT(2, 1) TINYLOOP_TILE_OUT(2, 2) TINYLOOP_TILE_OUT(2, 3)
+  TINYLOOP_TILE_OUT(3, 0) TINYLOOP_TILE_OUT(3, 1) TINYLOOP_TILE_OUT(3, 2) TINYLOOP_TILE_OUT(3, 3)
+}
+#undef TINYLOOP_TILE_COLUMN
+#undef TINYLOOP_TILE_OUT
+
+// y[t0 .. t0+mt, n0 .. n0+mj] from a tile result acc[MR * NR] (+ bias). Only the mt x mj
+// valid part is written; padded rows / columns are dropped.
+template <int NR>
+HWY_INLINE void StoreTile(const float* acc, int64_t mt, int64_t mj, const float* bias,
+                          float* y, int64_t N, int64_t t0, int64_t n0) {
+  for (int64_t i = 0; i < mt; ++i) {
+    float* yr = y + (t0 + i) * N + n0;  // [mj] of row t0 + i
+    for (int64_t j = 0; j < mj; ++j)
+      yr[j] = bias ? acc[i * NR + j] + bias[n0 + j] : acc[i * NR + j];
+  }
+}
+
+// Fused path, MR rows of x (t0 .. t0+mt, mt <= MR) against weight rows [n0, n1), the
+// weights widened in registers: W is read once for these rows.
+template <int MR, typename WT>
+HWY_NOINLINE void FusedRows(const detail::MatmulArgs& a, int64_t t0, int64_t mt, int64_t n0,
+                            int64_t n1) {
+  const WT* w = static_cast<const WT*>(a.w);  // [N, K]
+  const int64_t K = a.K;
+  const float* xr[MR];
+  for (int i = 0; i < MR; ++i) xr[i] = a.x + (t0 + std::min<int64_t>(i, mt - 1)) * K;
+  for (int64_t n = n0; n < n1; n += kFusedNR) {
+    const int64_t mj = std::min<int64_t>(kFusedNR, n1 - n);
+    const WT* wr[kFusedNR];
+    for (int j = 0; j < kFusedNR; ++j) wr[j] = w + (n + std::min<int64_t>(j, mj - 1)) * K;
+    float acc[MR * kFusedNR];
+    DotTile<MR, kFusedNR, WT>(xr, wr, size_t(K), acc);
+    StoreTile<kFusedNR>(acc, mt, mj, a.bias, a.y, a.N, t0, n);
+  }
+}
+
+// Widens rows [n0, n0 + nb) of W into buf[nb, Kp] (Kp = K rounded up to whole vectors).
+// Full vectors through LoadF32, the tail through LoadF32Tail: the same exact widening the
+// fused path does in registers.
+template <typename WT>
+HWY_INLINE void WidenRows(const WT* HWY_RESTRICT w, int64_t K, int64_t Kp, int64_t n0,
+                          int64_t nb, float* HWY_RESTRICT buf) {
+  const hn::ScalableTag<float> df;
+  const int64_t L = int64_t(hn::Lanes(df));
+  for (int64_t r = 0; r < nb; ++r) {
+    const WT* src = w + (n0 + r) * K;  // [K]
+    float* dst = buf + r * Kp;         // [Kp]
+    int64_t k = 0;
+    for (; k + L <= K; k += L) hn::StoreU(LoadF32(df, src + k), df, dst + k);
+    if (k < K) hn::StoreU(LoadF32Tail(df, src + k, size_t(K - k)), df, dst + k);
+  }
+}
+
+// Tiled path for weight rows [n0, n1) (the driver keeps n1 - n0 <= kTileMaxRows and the
+// widened tile within kTileBytes): widen the rows once, then sweep every x row past them.
+template <typename WT>
+HWY_NOINLINE void TiledRange(const detail::MatmulArgs& a, int64_t n0, int64_t n1) {
+  const hn::ScalableTag<float> df;
+  const int64_t L = int64_t(hn::Lanes(df));
+  const int64_t K = a.K, nb = n1 - n0;
+  const float* tile;  // [nb, ld] float weight rows
+  int64_t ld;
+  if constexpr (std::is_same_v<WT, float>) {
+    tile = static_cast<const float*>(a.w) + n0 * K;
+    ld = K;
+  } else {
+    ld = (K + L - 1) / L * L;
+    thread_local std::vector<float> buf;  // [nb, ld], grows to the largest tile seen
+    if (buf.size() < size_t(nb * ld)) buf.resize(size_t(nb * ld));
+    WidenRows(static_cast<const WT*>(a.w), K, ld, n0, nb, buf.data());
+    tile = buf.data();
+  }
+  for (int64_t t = 0; t < a.T; t += kTileMR) {
+    const int64_t mt = std::min<int64_t>(kTileMR, a.T - t);
+    const float* xr[kTileMR];
+    for (int i = 0; i < kTileMR; ++i) xr[i] = a.x + (t + std::min<int64_t>(i, mt - 1)) * K;
+    for (int64_t j = 0; j < nb; j += kTileNR) {
+      const int64_t mj = std::min<int64_t>(kTileNR, nb - j);
+      const float* wr[kTileNR];
+      for (int q = 0; q < kTileNR; ++q) wr[q] = tile + (j + std::min<int64_t>(q, mj - 1)) * ld;
+      float acc[kTileMR * kTileNR];
+      DotTile<kTileMR, kTileNR, float>(xr, wr, size_t(K), acc);
+      StoreTile<kTileNR>(acc, mt, mj, a.bias, a.y, a.N, t, n0 + j);
+    }
+  }
+}
+
+// Output columns [n0, n1) of all rows.
+template <typename WT>
+HWY_INLINE void MatmulRange(const detail::MatmulArgs& a, int64_t n0, int64_t n1) {
+  if (a.T > detail::kFusedMaxRows) return TiledRange<WT>(a, n0, n1);
+  switch (a.T) {
+    case 1: return FusedRows<1, WT>(a, 0, 1, n0, n1);
+    case 2: return FusedRows<2, WT>(a, 0, 2, n0, n1);
+    case 3: return FusedRows<3, WT>(a, 0, 3, n0, n1);
+    default: return FusedRows<4, WT>(a, 0, a.T, n0, n1);
+  }
+}
+
+}  // namespace tinyloop::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // TINYLOOP_CPU_MATMUL_INL_H_ toggle

@@ -1,0 +1,58 @@
+// The matmul driver: picks the kernel for the weight dtype (and, through Highway, for the
+// CPU), splits the output features N into tasks and runs them on the thread pool.
+//
+// Splitting N (never K, never T) keeps every output element inside one task computed by one
+// kernel call: threads change which core computes a column, not how (batch invariance and
+// run-to-run determinism whatever the thread count).
+#include <algorithm>
+
+#include "cpu/kernels.h"
+#include "cpu/matmul_internal.h"
+#include "cpu/thread_pool.h"
+
+namespace tinyloop::cpu {
+namespace {
+
+// Rows per task when the weights stream (decode): small enough that 2-16 threads all get
+// several tasks (load balance on a shared machine), big enough (32 rows of a 768-wide f16
+// matrix = 48 KiB) that claiming a task costs nothing next to reading it.
+constexpr int64_t kStreamRows = 32;
+// Below this many multiply-adds a call runs as one task: waking workers would cost more.
+constexpr int64_t kMinParallelMacs = 1 << 15;
+
+// Weight rows per task on the tiled path: as many as fit the widened tile (f32 weights are
+// used in place but the same split keeps their working set in L2 too), a multiple of 8.
+int64_t tile_rows(int64_t K) {
+  const int64_t kp = (K + 15) / 16 * 16;  // K padded to the widest vector
+  return std::clamp<int64_t>(detail::kTileBytes / (kp * 4) / 8 * 8, 8, detail::kTileMaxRows);
+}
+
+detail::MatmulRangeFn kernel_for(DType t) {
+  switch (t) {
+    case DType::F16: return detail::matmul_range_f16();
+    case DType::BF16: return detail::matmul_range_bf16();
+    case DType::F32: break;
+  }
+  return detail::matmul_range_f32();
+}
+
+}  // namespace
+
+// x [T, K], w [N, K], bias [N] or null, y [T, N].
+void matmul(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
+  const int64_t N = w.rows, K = w.cols;
+  if (T <= 0 || N <= 0) return;
+  if (K <= 0) {  // empty sum, as the reference
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = 0; n < N; ++n) y[t * N + n] = bias ? bias[n] : 0.f;
+    return;
+  }
+  const detail::MatmulArgs a{x, T, w.data, N, K, bias, y};
+  const detail::MatmulRangeFn fn = kernel_for(w.dtype);
+  const int64_t rows = T <= detail::kFusedMaxRows ? kStreamRows : tile_rows(K);
+  const int64_t n_tasks = T * N * K < kMinParallelMacs ? 1 : (N + rows - 1) / rows;
+  if (n_tasks == 1) return fn(a, 0, N);
+  parallel_for(n_tasks, [&](int64_t i) { fn(a, i * rows, std::min(N, (i + 1) * rows)); });
+}
+
+}  // namespace tinyloop::cpu

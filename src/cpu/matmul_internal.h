@@ -1,0 +1,36 @@
+// Internal to src/cpu: the interface between the matmul driver (matmul.cc: threads, task
+// split) and the per-weight-type SIMD translation units (matmul_{f32,f16,bf16}.cc).
+#pragma once
+#include <cstdint>
+
+namespace tinyloop::cpu::detail {
+
+// One matmul call: y[T, N] = x[T, K] @ W[N, K]^T (+ bias[N]).
+struct MatmulArgs {
+  const float* x;     // [T, K]
+  int64_t T;
+  const void* w;      // [N, K] in the weight dtype
+  int64_t N, K;
+  const float* bias;  // [N] or null
+  float* y;           // [T, N]
+};
+
+// Calls with T <= kFusedMaxRows widen the weights in registers as they stream past (one
+// pass over W for all rows: decode, speculative verify); larger T first widens a tile of
+// weight rows into a per-thread float buffer and reuses it for every row (prefill). Both
+// paths give bit-identical results (same per-element arithmetic), so this is only speed.
+constexpr int64_t kFusedMaxRows = 4;
+// Bytes of the widened weight tile of the prefill path: fits the 1-2 MiB L2 of a core with
+// room for the x rows streaming past it.
+constexpr int64_t kTileBytes = 128 << 10;
+constexpr int64_t kTileMaxRows = 64;
+
+// Computes output columns [n0, n1) of every row (a task of the driver).
+using MatmulRangeFn = void (*)(const MatmulArgs& a, int64_t n0, int64_t n1);
+// The best compiled target's kernel for the CPU (resolved per call, so a test that forces a
+// target gets that target).
+MatmulRangeFn matmul_range_f32();
+MatmulRangeFn matmul_range_f16();
+MatmulRangeFn matmul_range_bf16();
+
+}  // namespace tinyloop::cpu::detail

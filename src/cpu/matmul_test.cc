@@ -1,0 +1,157 @@
+// cpu::matmul against the scalar reference (ops::ref::matmul), on every compiled target, on
+// odd sizes (vector tails, ragged micro-kernel tiles, partial thread tasks); and its batch,
+// slice and thread-count invariance, bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "cpu/kernels.h"
+#include "cpu/test_util.h"
+#include "cpu/thread_pool.h"
+#include "ops/reference.h"
+#include "ops/test_util.h"
+
+namespace tinyloop::cpu {
+namespace {
+
+using ops::testing::kU;
+using ops::testing::random_floats;
+using ops::testing::store_weight;
+using ops::testing::StoredWeight;
+
+struct Case {
+  std::vector<float> x;  // [T, K]
+  StoredWeight w;        // [N, K]
+  std::vector<float> b;  // [N]
+  int64_t T, K, N;
+};
+
+Case make_case(int64_t T, int64_t K, int64_t N, DType dt, uint32_t seed) {
+  return Case{random_floats(size_t(T * K), seed), store_weight(random_floats(size_t(N * K), seed + 1), N, K, dt),
+              random_floats(size_t(N), seed + 2), T, K, N};
+}
+
+// Both kernels compute a K-term float dot product (+ bias) in some order; each is within
+// gamma_{K+2} * (sum |x_k w_k| + |b|) of the exact value (Higham 3.1; FMA only removes
+// roundings), so they are within twice that of each other. 2% margin for the gamma_n
+// higher-order term. The weights are compared as decoded (exact in float for F16/BF16).
+void expect_close_to_reference(const Case& c, bool bias) {
+  const float* b = bias ? c.b.data() : nullptr;
+  std::vector<float> y(size_t(c.T * c.N), NAN), ref(size_t(c.T * c.N), NAN);
+  cpu::matmul(c.x.data(), c.T, c.w.view(), b, y.data());
+  ops::ref::matmul(c.x.data(), c.T, c.w.view(), b, ref.data());
+  for (int64_t t = 0; t < c.T; ++t)
+    for (int64_t n = 0; n < c.N; ++n) {
+      double mag = bias ? std::fabs(c.b[size_t(n)]) : 0.0;
+      for (int64_t k = 0; k < c.K; ++k)
+        mag += std::fabs(double(c.x[size_t(t * c.K + k)]) * c.w.decoded[size_t(n * c.K + k)]);
+      const double tol = 2.02 * double(c.K + 2) * kU * mag;
+      const size_t i = size_t(t * c.N + n);
+      ASSERT_NEAR(y[i], ref[i], tol) << "T=" << c.T << " K=" << c.K << " N=" << c.N
+                                     << " dtype=" << dtype_name(c.w.dtype) << " t=" << t << " n=" << n;
+    }
+}
+
+class CpuMatmul : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CpuMatmul, OddSizesAgainstReference) {
+  testing::for_each_target([&] {
+    uint32_t seed = 1;
+    // T: the fused path (1..4) and the tiled one (5+, ragged 4-row tiles); K: below, at and
+    // around the 4 / 8 / 16 lane widths, and model-sized; N: ragged 4-column tiles and
+    // several 32-row tasks.
+    for (int64_t T : {1, 2, 3, 4, 5, 7, 9})
+      for (int64_t K : {1, 3, 15, 16, 17, 33, 129})
+        for (int64_t N : {1, 5, 67})
+          for (bool bias : {false, true}) {
+            expect_close_to_reference(make_case(T, K, N, GetParam(), seed += 3), bias);
+            if (HasFatalFailure()) return;
+          }
+    // Model-sized rows, several tasks on the pool, tiles of both paths.
+    expect_close_to_reference(make_case(1, 768, 130, GetParam(), 100), true);
+    expect_close_to_reference(make_case(13, 768, 70, GetParam(), 101), false);
+    expect_close_to_reference(make_case(6, 2051, 21, GetParam(), 102), true);
+  });
+}
+
+// Row t of a T-row call == the same row alone (decode == prefill == speculative verify), and
+// a column computed in an N-slice of W == the same column in the full call: the per-element
+// arithmetic depends on K only. Bit-exact.
+TEST_P(CpuMatmul, BatchAndSliceInvariant) {
+  testing::for_each_target([&] {
+    for (int64_t K : {7, 64, 131}) {
+      const int64_t T = 11, N = 75;
+      const Case c = make_case(T, K, N, GetParam(), uint32_t(K));
+      std::vector<float> y(size_t(T * N));
+      cpu::matmul(c.x.data(), T, c.w.view(), c.b.data(), y.data());
+      for (int64_t t0 = 0; t0 < T; ++t0)
+        for (int64_t rows : {1, 2, 3, 4, 5}) {  // every fused width and a tiled call
+          if (t0 + rows > T) continue;
+          std::vector<float> yr(size_t(rows * N));
+          cpu::matmul(c.x.data() + t0 * K, rows, c.w.view(), c.b.data(), yr.data());
+          for (int64_t i = 0; i < rows * N; ++i)
+            ASSERT_EQ(yr[size_t(i)], y[size_t(t0 * N + i)]) << "K=" << K << " t0=" << t0 << " rows=" << rows;
+        }
+      // Columns [n0, n0 + 9) from a 9-row slice of W.
+      const int64_t n0 = 31, ns = 9;
+      ops::WeightView slice = c.w.view();
+      slice.rows = ns;
+      slice.data = static_cast<const char*>(slice.data) + n0 * K * int64_t(dtype_size(slice.dtype));
+      std::vector<float> ys(size_t(T * ns));
+      cpu::matmul(c.x.data(), T, slice, c.b.data() + n0, ys.data());
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < ns; ++j) ASSERT_EQ(ys[size_t(t * ns + j)], y[size_t(t * N + n0 + j)]);
+    }
+  });
+}
+
+// The thread count decides which thread computes a column, never how: 1, 2 and 3 threads
+// (more than this machine may have) give the same bits, on a call big enough to be split.
+TEST_P(CpuMatmul, ThreadCountInvariant) {
+  const int before = num_threads();
+  for (int64_t T : {1, 9}) {
+    const Case c = make_case(T, 300, 200, GetParam(), 7);
+    std::vector<float> y1(size_t(T * 200)), yn(size_t(T * 200));
+    set_num_threads(1);
+    cpu::matmul(c.x.data(), T, c.w.view(), c.b.data(), y1.data());
+    for (int n : {2, 3}) {
+      set_num_threads(n);
+      cpu::matmul(c.x.data(), T, c.w.view(), c.b.data(), yn.data());
+      ASSERT_EQ(y1, yn) << "threads=" << n << " T=" << T;
+    }
+  }
+  set_num_threads(before);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDTypes, CpuMatmul, ::testing::Values(DType::F32, DType::F16, DType::BF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(CpuMatmulEdge, EmptyKGivesBias) {
+  ops::WeightView w;
+  w.rows = 3;
+  w.cols = 0;
+  const float b[3] = {1, 2, 3};
+  float y[6];
+  cpu::matmul(nullptr, 2, w, b, y);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(y[i], b[i % 3]);
+}
+
+TEST(CpuMatmulEdge, InfAndNanPropagateAsReference) {
+  // An inf weight times a nonzero x is inf; a nan anywhere in the row makes the row nan.
+  const int64_t K = 19, N = 3;
+  std::vector<float> x(K, 1.f), w(size_t(N * K), 0.5f);
+  w[0 * K + 18] = INFINITY;  // in the vector tail on every target
+  w[1 * K + 2] = NAN;
+  const auto sw = ops::testing::store_weight(w, N, K, DType::F16);
+  testing::for_each_target([&] {
+    float y[N];
+    cpu::matmul(x.data(), 1, sw.view(), nullptr, y);
+    EXPECT_EQ(y[0], INFINITY);
+    EXPECT_TRUE(std::isnan(y[1]));
+    EXPECT_EQ(y[2], 0.5f * K);
+  });
+}
+
+}  // namespace
+}  // namespace tinyloop::cpu

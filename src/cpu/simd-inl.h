@@ -1,0 +1,80 @@
+// Per-target SIMD helpers shared by the kernels: loading F32 / F16 / BF16 data as float
+// vectors (full or a zero-padded tail), and a horizontal sum. Included once per Highway
+// target (toggle guard), inside the kernels' own foreach_target translation units.
+#if defined(TINYLOOP_CPU_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef TINYLOOP_CPU_SIMD_INL_H_
+#undef TINYLOOP_CPU_SIMD_INL_H_
+#else
+#define TINYLOOP_CPU_SIMD_INL_H_
+#endif
+
+#include <cstddef>
+#include <cstring>
+
+#include "hwy/highway.h"
+#include "ops/convert_inl.h"  // exact scalar F16 decode for targets without F16C
+
+HWY_BEFORE_NAMESPACE();
+namespace tinyloop::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Lanes(df) consecutive elements at p, widened to float. F16 uses the hardware conversion
+// where the target has one (F16C on AVX2, AVX-512), BF16 a shift; both are exact.
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadF32(DF df, const float* HWY_RESTRICT p) {
+  return hn::LoadU(df, p);
+}
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadF32(DF df, const hwy::float16_t* HWY_RESTRICT p) {
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2) || (HWY_ARCH_ARM && HWY_TARGET == HWY_NEON)
+  const hn::Rebind<hwy::float16_t, DF> dh;  // half the bytes of a float vector
+  return hn::PromoteTo(df, hn::LoadU(dh, p));
+#else
+  // No conversion instruction: Highway 1.0's software PromoteTo turns half inf / nan into
+  // finite numbers, so use the exact branch-free decoder of the scalar reference instead.
+  constexpr size_t kMax = hn::MaxLanes(DF());
+  alignas(64) float tmp[kMax];  // [Lanes]
+  const uint16_t* bits = reinterpret_cast<const uint16_t*>(p);
+  for (size_t i = 0; i < hn::Lanes(df); ++i) tmp[i] = ops::detail::half_to_float(bits[i]);
+  return hn::Load(df, tmp);
+#endif
+}
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadF32(DF df, const hwy::bfloat16_t* HWY_RESTRICT p) {
+  const hn::Rebind<hwy::bfloat16_t, DF> db;
+  return hn::PromoteTo(df, hn::LoadU(db, p));
+}
+
+// The first `rem` (< Lanes) elements at p widened to float, the other lanes 0. Goes through
+// a zeroed stack copy, so it never reads past p + rem (the end of a row may be the end of
+// the buffer). Every kernel loads its tails this way, so a tail element meets the same
+// arithmetic as a full-vector one would: 0 * 0 terms add exactly +0 to an accumulator.
+template <class DF, typename T>
+HWY_INLINE hn::Vec<DF> LoadF32Tail(DF df, const T* HWY_RESTRICT p, size_t rem) {
+  constexpr size_t kMax = hn::MaxLanes(DF());
+  alignas(64) T pad[kMax];  // [Lanes]
+  std::memset(static_cast<void*>(pad), 0, sizeof(pad));
+  // rem < Lanes always; the clamp only tells the compiler (else -Wstringop-overflow).
+  std::memcpy(static_cast<void*>(pad), p, HWY_MIN(rem, kMax) * sizeof(T));
+  return LoadF32(df, pad);
+}
+
+// Sum of all lanes. The order is fixed per target (a tree), so equal inputs give equal sums.
+template <class DF>
+HWY_INLINE float ReduceSumF32(DF df, hn::Vec<DF> v) {
+  return hn::GetLane(hn::SumOfLanes(df, v));
+}
+
+// Stores the first `rem` lanes of v to p (a row tail), touching nothing past p + rem.
+template <class DF>
+HWY_INLINE void StoreTail(DF df, hn::Vec<DF> v, float* HWY_RESTRICT p, size_t rem) {
+  constexpr size_t kMax = hn::MaxLanes(DF());
+  alignas(64) float pad[kMax];  // [Lanes]
+  hn::Store(v, df, pad);
+  std::memcpy(p, pad, HWY_MIN(rem, kMax) * sizeof(float));
+}
+
+}  // namespace tinyloop::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // TINYLOOP_CPU_SIMD_INL_H_ toggle

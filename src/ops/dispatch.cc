@@ -1,0 +1,84 @@
+// The public ops (ops.h): each runs the SIMD + threaded kernel of src/cpu when there is one,
+// or the scalar reference (ops/reference.h) when forced, or when it is the only version.
+// The model layer calls only these, so it never knows which ISA or how many threads ran.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "cpu/kernels.h"
+#include "ops/ops.h"
+#include "ops/reference.h"
+
+namespace tinyloop::ops {
+namespace {
+
+// -1 until first use, then 0 (SIMD) or 1 (scalar). TINYLOOP_FORCE_SCALAR is read once, like
+// the other TINYLOOP_* switches; set_force_scalar() overrides it (benchmarks A/B in one run).
+std::atomic<int> g_force_scalar{-1};
+
+bool scalar() {
+  int v = g_force_scalar.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("TINYLOOP_FORCE_SCALAR");
+    v = env && *env && std::strcmp(env, "0") != 0 ? 1 : 0;
+    int expected = -1;
+    if (!g_force_scalar.compare_exchange_strong(expected, v)) v = expected;
+  }
+  return v == 1;
+}
+
+}  // namespace
+
+void set_force_scalar(bool on) { g_force_scalar.store(on ? 1 : 0); }
+bool force_scalar() { return scalar(); }
+
+void matmul(const float* x, int64_t T, const WeightView& w, const float* bias, float* y) {
+  if (scalar()) return ref::matmul(x, T, w, bias, y);
+  cpu::matmul(x, T, w, bias, y);
+}
+
+void weight_row_to_f32(const WeightView& w, int64_t row, float* out) {
+  ref::weight_row_to_f32(w, row, out);
+}
+
+void rmsnorm(const float* x, int64_t T, int64_t D, const float* w, float eps, float* y) {
+  if (scalar()) return ref::rmsnorm(x, T, D, w, eps, y);
+  cpu::rmsnorm(x, T, D, w, eps, y);
+}
+
+void layernorm(const float* x, int64_t T, int64_t D, const float* w, const float* b, float eps,
+               float* y) {
+  ref::layernorm(x, T, D, w, b, eps, y);
+}
+
+void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t* pos,
+          float theta, RopeLayout layout) {
+  ref::rope(x, T, n_heads, head_dim, pos, theta, layout);
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+  if (scalar()) return ref::silu_mul(gate, up, n, out);
+  cpu::silu_mul(gate, up, n, out);
+}
+
+void gelu(float* x, int64_t n, bool tanh_approx) { ref::gelu(x, n, tanh_approx); }
+
+void add(const float* a, const float* b, int64_t n, float* y) {
+  if (scalar()) return ref::add(a, b, n, y);
+  cpu::add(a, b, n, y);
+}
+
+void kv_write(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
+              int64_t head_dim, const float* k_rows, const float* v_rows, const int64_t* pos,
+              int64_t T) {
+  if (scalar()) return ref::kv_write(dtype, k, v, capacity, n_kv_heads, head_dim, k_rows, v_rows, pos, T);
+  cpu::kv_write(dtype, k, v, capacity, n_kv_heads, head_dim, k_rows, v_rows, pos, T);
+}
+
+void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
+               const int64_t* q_pos, const int64_t* k_lo, float* out) {
+  if (scalar()) return ref::attention(q, T, n_heads, kv, q_pos, k_lo, out);
+  cpu::attention(q, T, n_heads, kv, q_pos, k_lo, out);
+}
+
+}  // namespace tinyloop::ops

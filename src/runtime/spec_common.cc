@@ -1,0 +1,123 @@
+#include "runtime/spec_common.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace tinyloop::runtime {
+namespace {
+
+[[noreturn]] void bad(const std::string& msg) { throw std::invalid_argument(msg); }
+
+}  // namespace
+
+void validate(const Engine& e, const SpeculativeRequest& r, bool tree) {
+  // generate()'s checks, in its order and with its messages.
+  e.check_tokens(r.prompt);
+  if (r.max_tokens < 1) bad("max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
+  validate(r.sampling);
+  if (r.cache_window < 0) bad("cache_window must be >= 0, got " + std::to_string(r.cache_window));
+  StopMatcher(r.stop_sequences, e.config().vocab_size);
+  // The speculative arguments.
+  if (r.draft_loops < 1) bad("draft_loops must be >= 1, got " + std::to_string(r.draft_loops));
+  if (r.verify_loops < 1) bad("verify_loops must be >= 1, got " + std::to_string(r.verify_loops));
+  if (r.draft_loops > r.verify_loops)
+    bad("draft_loops (" + std::to_string(r.draft_loops) + ") must be <= verify_loops (" +
+        std::to_string(r.verify_loops) + ")");
+  if (r.draft_ahead < 1) bad("draft_ahead must be >= 1, got " + std::to_string(r.draft_ahead));
+  if (tree) {
+    if (r.k_branches < 1) bad("K_branches must be >= 1, got " + std::to_string(r.k_branches));
+    if (r.draft_ahead > kMaxTreeNodes || r.k_branches * r.draft_ahead > kMaxTreeNodes)
+      bad("K_branches * draft_ahead must be <= " + std::to_string(kMaxTreeNodes) + ", got " +
+          std::to_string(r.k_branches) + " * " + std::to_string(r.draft_ahead));
+  }
+  e.check_length(static_cast<int64_t>(r.prompt.size()), r.max_tokens);
+}
+
+std::unique_ptr<model::KvCache> new_spec_cache(const Engine& e, const SpeculativeRequest& r) {
+  const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
+  // A cycle touches positions P - 2 .. P + draft_ahead at once (pending draft readouts,
+  // root, drafted rows); a ring must not overwrite a row any of them still sees.
+  const int64_t ahead = std::min(r.draft_ahead, r.max_tokens);
+  const int64_t slack = std::max(Engine::kRingSlack, ahead + 4);
+  int64_t capacity = total;
+  if (r.cache_window > 0 && r.cache_window + slack < total) capacity = r.cache_window + slack;
+  return std::make_unique<model::KvCache>(e.config(), r.verify_loops, capacity, r.cache_window,
+                                          e.kv_dtype(), &e.model().memory(),
+                                          e.config().n_post_blocks);
+}
+
+SpecOutput::SpecOutput(const Engine& e, const SpeculativeRequest& r)
+    : c_(e.config()),
+      stops_(r.stop_sequences, e.config().vocab_size),
+      max_tokens_(r.max_tokens),
+      stop_at_eos_(r.stop_at_eos),
+      tokens_(r.prompt),
+      mark_(static_cast<size_t>(e.config().vocab_size), 0) {
+  for (int32_t id : r.prompt)
+    if (!mark_[id]) mark_[id] = 1, seen_.push_back(id);
+}
+
+bool SpecOutput::is_eos(int32_t id) const {
+  return std::find(c_.eos_ids.begin(), c_.eos_ids.end(), int64_t(id)) != c_.eos_ids.end();
+}
+
+bool SpecOutput::push(int32_t tok) {
+  tokens_.push_back(tok);
+  emitted_.push_back(tok);
+  if (!mark_[tok]) mark_[tok] = 1, seen_.push_back(tok);
+  if (static_cast<int64_t>(emitted_.size()) >= max_tokens_) return true;
+  if (stop_at_eos_ && is_eos(tok)) return true;
+  return stops_.matches(emitted_);
+}
+
+bool SpecOutput::ends_with(const std::vector<int32_t>& drafted) const {
+  if (drafted.empty()) return false;
+  if (static_cast<int64_t>(emitted_.size() + drafted.size()) >= max_tokens_) return true;
+  if (stop_at_eos_ && is_eos(drafted.back())) return true;
+  if (stops_.empty()) return false;
+  // Only the match window of the tail matters.
+  std::vector<int32_t> tail(emitted_.end() - std::min(emitted_.size(), stops_.max_length()),
+                            emitted_.end());
+  tail.insert(tail.end(), drafted.begin(), drafted.end());
+  return stops_.matches(tail);
+}
+
+std::vector<int32_t> SpecOutput::seen_with(const std::vector<int32_t>& extra) const {
+  std::vector<int32_t> s = seen_;
+  s.insert(s.end(), extra.begin(), extra.end());  // the penalty dedups
+  return s;
+}
+
+void PendingDraftRows::add(int64_t pos, const float* s) {
+  if (!needed_) return;
+  pos_.push_back(pos);
+  s_.insert(s_.end(), s, s + D_);
+}
+
+void PendingDraftRows::readout(model::SpecForward& f, const float* s_row, int64_t pos,
+                               std::vector<float>& logits) {
+  pos_.push_back(pos);
+  s_.insert(s_.end(), s_row, s_row + D_);  // [n + 1, D], clobbered by the readout
+  f.router().set_all_linear();
+  f.readout(s_.data(), pos_.data(), static_cast<int64_t>(pos_.size()), true,
+            model::LogitRows::Last, logits);
+  pos_.clear();
+  s_.clear();
+}
+
+int32_t greedy_token(const float* logits, int64_t V, const SamplingParams& p,
+                     const std::vector<int32_t>& seen) {
+  std::vector<float> z(logits, logits + V);  // [V]
+  apply_repetition_penalty(z.data(), V, seen, p.repetition_penalty);
+  return argmax(z.data(), V);
+}
+
+void row_distribution(const float* logits, int64_t V, const SamplingParams& p,
+                      const std::vector<int32_t>& seen, std::vector<float>& probs) {
+  std::vector<float> z(logits, logits + V);  // [V]
+  apply_repetition_penalty(z.data(), V, seen, p.repetition_penalty);
+  sampling_distribution(z.data(), V, p, probs);
+}
+
+}  // namespace tinyloop::runtime
