@@ -18,30 +18,23 @@ import sys
 
 from .text import TextStreamer, load_tokenizer
 
-# The model used when none is named (the bundled looped model, once it ships).
-DEFAULT_MODEL = os.path.join(os.path.dirname(__file__), "..", "..", "models", "tinyloop-demo.tinyloop")
+# The model used when none is named: the bundled looped model (docs/bundled-model.md),
+# installed inside the package, or models/ of a source checkout.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_MODEL_CANDIDATES = (
+    os.path.join(_HERE, "models", "tinyloop-demo.tinyloop"),
+    os.path.join(_HERE, "..", "..", "models", "tinyloop-demo.tinyloop"),
+)
 
 
 def _default_model() -> str | None:
     env = os.environ.get("TINYLOOP_MODEL")
     if env:
         return env
-    for candidate in (DEFAULT_MODEL, os.path.join(os.getcwd(), "models", "tinyloop-demo.tinyloop")):
+    for candidate in DEFAULT_MODEL_CANDIDATES:
         if os.path.exists(candidate):
             return os.path.abspath(candidate)
     return None
-
-
-def _sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--loops", type=int, default=None, help="loop depth L (default: the model's)")
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=50)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--repetition-penalty", type=float, default=1.1)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--cache-window", type=int, default=0)
-    p.add_argument("--max-seq-len", type=int, default=None)
 
 
 def cmd_generate(args) -> int:

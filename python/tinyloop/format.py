@@ -121,6 +121,10 @@ def _write_atomically(path: str, chunks) -> None:
                 f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp creates 0600; a model file is ordinary data, so honour the umask instead.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -5,7 +5,7 @@
 Each file (or, with --tail-fraction f, its last ceil(f * n) characters: the held-out slice
 of the bundled model) is encoded with the model's tokenizer and followed by its EOS token;
 the streams are concatenated in the order given and cut into non-overlapping windows of
---ctx tokens. Every token of a window except the first is predicted from the tokens before
+--ctx tokens (with --max-windows N, N of them spread evenly over the stream). Every token of a window except the first is predicted from the tokens before
 it in that window; perplexity is exp(mean negative log-likelihood) over all of them.
 """
 from __future__ import annotations
@@ -43,22 +43,30 @@ def window_nll(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return lse - z[np.arange(len(z)), ids[1:]]
 
 
+def window_starts(n_tokens: int, ctx: int, max_windows: int | None) -> list[int]:
+    """Starts of the non-overlapping ctx-token windows; with max_windows, that many spread
+    evenly over the whole stream (so every file of a multi-file text is represented)."""
+    n = n_tokens // ctx
+    if n < 1:
+        raise ValueError(f"the text has {n_tokens} tokens, fewer than one window of {ctx}")
+    picked = range(n) if not max_windows or max_windows >= n else \
+        np.linspace(0, n - 1, max_windows).round().astype(int)
+    return [int(w) * ctx for w in picked]
+
+
 def perplexities(model, stream: np.ndarray, loops_list: list[int], ctx: int,
                  max_windows: int | None = None, progress: bool = True) -> dict[int, float]:
     """{L: perplexity} over the non-overlapping ctx-token windows of stream."""
     from tqdm import tqdm
 
-    n_windows = len(stream) // ctx
-    if max_windows:
-        n_windows = min(n_windows, max_windows)
-    if n_windows < 1:
-        raise ValueError(f"the text has {len(stream)} tokens, fewer than one window of {ctx}")
+    starts = window_starts(len(stream), ctx, max_windows)
+    n_windows = len(starts)
     total = {L: 0.0 for L in loops_list}
     count = 0
     bar = tqdm(total=n_windows * len(loops_list), disable=not progress, unit="window",
                desc="perplexity", file=sys.stderr)
-    for w in range(n_windows):
-        ids = stream[w * ctx:(w + 1) * ctx]  # [ctx]
+    for start in starts:
+        ids = stream[start:start + ctx]  # [ctx]
         for L in loops_list:
             total[L] += float(window_nll(model.score(ids, loops=L), ids).sum())
             bar.update(1)
@@ -82,8 +90,9 @@ def main_args(args) -> int:
         stream = token_stream(tokenizer, texts, eos[0] if eos else None)
         ppl = perplexities(model, stream, loops_list, args.ctx, args.max_windows,
                            progress=not args.quiet)
-    n_win = min(len(stream) // args.ctx, args.max_windows or 10**12)
-    print(f"{n_win} windows x {args.ctx} tokens ({n_win * (args.ctx - 1)} predicted tokens)")
+    n_win = len(window_starts(len(stream), args.ctx, args.max_windows))
+    print(f"{n_win} windows x {args.ctx} tokens ({n_win * (args.ctx - 1)} predicted tokens) "
+          f"of {len(stream)} tokens")
     print("| loops | perplexity |")
     print("| ---: | ---: |")
     for L, p in ppl.items():

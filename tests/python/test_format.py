@@ -518,3 +518,19 @@ def test_cli_writes_a_model(tmp_path, capsys):
     assert m.config["pos_encoding"] == "learned" and m.config["eos_ids"] == [1, 2]
     assert m.dtypes["embed.weight"] == "BF16"
     assert random_model_main([out, "--set", "bogus=1"]) == 2
+
+
+def test_written_file_honours_the_umask(tmp_path):
+    """mkstemp makes 0600 files; a written model must be readable like any other file."""
+    import os
+    from tinyloop.config import preset_config
+    from tinyloop.format import write_model
+    from tinyloop.random_model import random_tensors
+
+    cfg = preset_config("llama")
+    old = os.umask(0o022)
+    try:
+        path = write_model(str(tmp_path / "m.tinyloop"), cfg, random_tensors(cfg))
+    finally:
+        os.umask(old)
+    assert os.stat(path).st_mode & 0o777 == 0o644
