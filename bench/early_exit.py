@@ -1,5 +1,6 @@
 """Early exit: decode-time saving and quality cost against plain decoding at the same depth.
 
+    TINYLOOP_NUM_THREADS=1 PYTHONPATH=build python3 bench/early_exit.py --repeats 5   # as in docs/benchmarks.md
     PYTHONPATH=build python3 bench/early_exit.py                       # the bundled model
     PYTHONPATH=build python3 bench/early_exit.py --model other.tinyloop
     PYTHONPATH=build python3 bench/early_exit.py --random              # no trained model at hand
@@ -12,7 +13,7 @@ the bundled model never trained on, docs/bundled-model.md), encoded with the mod
 embedded tokenizer. Measured, both modes in the same process, interleaved, repeated:
 
   decode ms/token   generate_stream's decode_steady_ms / (tokens_emitted - 1), greedy,
-                    no EOS stop; median over repeats of the sum over prompts
+                    no EOS stop, averaged over prompts; the fastest repeat (and the median)
   mean loops        iterations per decode step (loops_per_token without the prefill's token)
   token agreement   share of early-exit greedy tokens that equal the full-depth greedy token
                     for the same prefix (full depth = score(prompt + early-exit tokens,
@@ -148,20 +149,24 @@ def main(argv=None) -> int:
                 if mode == "ee":
                     ppl_depths += list(r["depths"][1:])
 
-    p_ms, e_ms = statistics.median(plain_ms), statistics.median(ee_ms)
+    # The cores are shared: the fastest repeat is the least disturbed one; the median is shown too.
+    p_ms, e_ms = min(plain_ms), min(ee_ms)
+    p_med, e_med = statistics.median(plain_ms), statistics.median(ee_ms)
     ppl_plain, ppl_ee = math.exp(np.mean(nll["plain"])), math.exp(np.mean(nll["ee"]))
     print(f"model: {'random huginn (dim 128, V 512)' if random_vocab else args.model}")
     print(f"settings: loops={args.loops} " + " ".join(f"{k}={v}" for k, v in ee.items()))
     source = "random ids" if random_vocab else "held-out text"
     print(f"prompts: {len(prompts)} x {args.prompt_tokens} tokens of {source}, {args.new_tokens} greedy "
-          f"tokens each, {args.repeats} repeats (median)")
-    print(f"decode ms/token: plain {p_ms:.2f}  early exit {e_ms:.2f}  saving {100 * (1 - e_ms / p_ms):+.1f} %")
+          f"tokens each, {args.repeats} repeats")
+    print(f"decode ms/token (fastest repeat): plain {p_ms:.2f}  early exit {e_ms:.2f}  "
+          f"saving {100 * (1 - e_ms / p_ms):+.1f} %   (median: {p_med:.2f} / {e_med:.2f}, "
+          f"{100 * (1 - e_med / p_med):+.1f} %)")
     print(f"mean loops per decode step: {np.mean(depths):.2f} of {args.loops} "
           f"({100 * (1 - np.mean(depths) / args.loops):.1f} % fewer iterations)")
     print(f"token agreement with full depth (same prefix): {100 * agree / total:.1f} %")
     print(f"free-running greedy outputs identical for: {100 * same_prefix / total:.1f} % of positions")
     print(f"perplexity ({len(nll['plain'])} held-out tokens, teacher-forced): plain {ppl_plain:.3f}  "
-          f"early exit {ppl_ee:.3f}  change {100 * (ppl_ee / ppl_plain - 1):+.2f} %  "
+          f"early exit {ppl_ee:.3f}  change {100 * (ppl_ee / ppl_plain - 1):+.4f} %  "
           f"(mean loops {np.mean(ppl_depths):.2f})")
     return 0
 

@@ -141,7 +141,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-t", "--threads", type=_ints, default=None, help="thread counts (default: the pool's)")
     p.add_argument("--weight-dtype", type=_strs, default=["f16"],
                    help="f32,f16,bf16 for the generated model (ignored with --model)")
-    p.add_argument("--kernels", type=_strs, default=["simd"], help="simd,scalar: kernel sets to compare")
+    p.add_argument("--kernels", type=_strs, default=["simd"],
+                   help="simd,scalar: kernel sets to compare (scalar runs at the lowest --threads only: "
+                        "it is single-threaded)")
     p.add_argument("-r", "--repetitions", type=int, default=3)
     p.add_argument("--json", action="store_true", help="print one JSON array instead of the table")
     p.add_argument("--cache-dir", default=None, help="where generated benchmark models are kept")
@@ -177,6 +179,8 @@ def run(args) -> int:
                 work = Work(header, cfg, L)
                 for t in thread_list:
                     for kern in args.kernels:
+                        if kern == "scalar" and t != min(thread_list):
+                            continue  # the scalar reference is single-threaded: run it once
                         for d in args.depth:
                             for n in args.n_prompt:
                                 if n > 0:

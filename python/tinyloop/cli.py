@@ -37,6 +37,18 @@ def _default_model() -> str | None:
     return None
 
 
+def _sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--loops", type=int, default=None, help="loop depth L (default: the model's)")
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-k", type=int, default=50)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--repetition-penalty", type=float, default=1.1)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--cache-window", type=int, default=0)
+    p.add_argument("--max-seq-len", type=int, default=None)
+
+
 def cmd_generate(args) -> int:
     import numpy as np
     import tinyloop_py as tl

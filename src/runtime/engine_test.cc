@@ -9,41 +9,16 @@
 #include <random>
 #include <thread>
 
-#include "io/test_file_builder.h"
-#include "ops/dtype.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
+#include "runtime/test_random_model.h"
 
 namespace tinyloop::runtime {
 namespace {
 
 using testing::TempFile;
 
-// Replace the builder's byte pattern with small normal weights (norm weights near 1), so
-// the model computes finite, non-degenerate logits.
-void fill_random_weights(testing::RawFile& f, uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (auto& [name, entry] : f.header.items()) {
-    if (name == "__metadata__") continue;
-    const std::string dtype = entry["dtype"];
-    const uint64_t begin = entry["data_offsets"][0], end = entry["data_offsets"][1];
-    const auto& shape = entry["shape"];
-    const bool is_norm = name.find("norm.weight") != std::string::npos;
-    const double fan_in = shape.size() > 1 ? double(shape[1]) : 1.0;
-    const float std = is_norm ? 0.1f : float(1.0 / std::sqrt(fan_in));
-    const uint64_t elem = testing::test_elem_size(dtype);
-    for (uint64_t off = begin; off < end; off += elem) {
-      const float v = (is_norm ? 1.0f : 0.0f) + std * normal(gen);
-      if (dtype == "F32") {
-        std::memcpy(&f.data[off], &v, 4);
-      } else {
-        const uint16_t h = dtype == "F16" ? ops::f32_to_f16(v) : ops::f32_to_bf16(v);
-        std::memcpy(&f.data[off], &h, 2);
-      }
-    }
-  }
-}
+using testing::fill_random_weights;
 
 ModelConfig huginn_like() {
   ModelConfig c = testing::tiny_config();

@@ -1,6 +1,5 @@
 // Test-only: a small random model file with finite, non-degenerate logits, for runtime tests
 // that need real numbers (the io builder's fixed byte pattern is not a usable model).
-// Same recipe as engine_test.cc's fill_random_weights, shared here for newer tests.
 #pragma once
 #include <cmath>
 #include <cstring>

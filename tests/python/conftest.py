@@ -24,3 +24,12 @@ def test_models(model_dir):
     import engine_models
 
     return {name: engine_models.build(model_dir, name) for name in engine_models.VARIANTS}
+
+
+# CI runs must not depend on luck: there hypothesis derives its examples from each test's
+# name (derandomize) and keeps no example database between runs.
+from hypothesis import settings as _hyp_settings  # noqa: E402
+
+_hyp_settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    _hyp_settings.load_profile("ci")

@@ -59,7 +59,9 @@ def test_bench_runs_on_a_small_model(test_models, capsys, restore_cpu_settings):
     assert bench.main(["--model", path, "-p", "8", "-n", "4", "-L", "1,2", "-t", "1,2",
                        "--kernels", "simd,scalar", "-r", "2", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) == 2 * 2 * 2 * 2  # loops x threads x kernels x (pp, tg)
+    # loops x (simd at 1 and 2 threads, scalar at 1: it is single-threaded) x (pp, tg)
+    assert len(rows) == 2 * 3 * 2
+    assert {(r["kernels"], r["threads"]) for r in rows} == {("simd", 1), ("simd", 2), ("scalar", 1)}
     for r in rows:
         assert r["test"] in ("pp8", "tg4") and r["avg_ts"] > 0 and len(r["samples_ts"]) == 2
         assert ("weight_gb_s" in r) == (r["test"] == "tg4")

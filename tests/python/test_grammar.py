@@ -67,10 +67,21 @@ quantifiers = st.sampled_from([b"", b"", b"*", b"+", b"?", b"{2}", b"{1,}", b"{0
                                b"*?", b"+?", b"??", b"{1,2}?"])
 
 
+def _has_quantifier(text: bytes) -> bool:
+    text = text.replace(b"(?:", b"(")  # a non-capturing group's "?" is not a quantifier
+    return any(c in text for c in (b"*", b"+", b"?", b"{"))
+
+
 def patterns():
     def extend(inner):
         group = st.tuples(st.sampled_from([b"(", b"(?:"]), inner).map(lambda t: t[0] + t[1] + b")")
-        piece = st.tuples(st.one_of(atoms, group), quantifiers).map(lambda t: t[0] + t[1])
+        # A quantifier on a group that already holds one ((a*)*, (a+|b)+) sends Python's
+        # backtracking `re` (the oracle) into exponential time on non-matching strings, so
+        # only quantifier-free groups are repeated; nested repetition is still tested by
+        # the C++ grammar tests.
+        quantified_group = group.flatmap(
+            lambda g: st.tuples(st.just(g), quantifiers if not _has_quantifier(g) else st.just(b"")))
+        piece = st.one_of(st.tuples(atoms, quantifiers), quantified_group).map(lambda t: t[0] + t[1])
         concat = st.lists(piece, min_size=0, max_size=4).map(b"".join)
         return st.lists(concat, min_size=1, max_size=3).map(b"|".join)
 
