@@ -21,9 +21,18 @@ namespace {
 
 // Keyword arguments of generate() that belong to features not built yet: accepted with
 // their documented defaults so signatures match the spec, refused clearly otherwise.
-void refuse_unimplemented(int64_t beam_size, const py::object& grammar) {
+void refuse_unimplemented(int64_t beam_size) {
   if (beam_size > 1) throw py::value_error("beam_size >= 2: beam search is not implemented yet");
-  if (!grammar.is_none()) throw py::value_error("grammar: constrained decoding is not implemented yet");
+}
+
+// grammar=None | tl.Grammar (with its token vocabulary set; checked by the runtime).
+std::shared_ptr<const grammar::Grammar> to_grammar(const py::object& obj) {
+  if (obj.is_none()) return nullptr;
+  try {
+    return obj.cast<std::shared_ptr<grammar::Grammar>>();
+  } catch (const py::cast_error&) {
+    throw py::value_error("grammar must be a tinyloop_py.Grammar or None");
+  }
 }
 
 const char* name_of(NormType v) { return v == NormType::RMSNorm ? "rmsnorm" : "layernorm"; }
@@ -158,9 +167,10 @@ One Model may be used from several Python threads at once (the GIL is released d
               int64_t beam_size, double length_penalty, bool early_stopping, const py::object& grammar,
               std::optional<uint64_t> seed, bool stop_at_eos) {
              auto e = self.engine();
-             refuse_unimplemented(beam_size, grammar);
+             refuse_unimplemented(beam_size);
              auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
                                      repetition_penalty, stop_sequences, seed, stop_at_eos);
+             req.grammar = to_grammar(grammar);
              req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
                                                 early_exit_peek_every, early_exit_logit_margin);
              runtime::GenerateResult res;
@@ -189,11 +199,12 @@ One Model may be used from several Python threads at once (the GIL is released d
               int64_t cache_window, double repetition_penalty, const py::object& stop_sequences,
               int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
               int64_t early_exit_peek_every, double early_exit_logit_margin, std::optional<uint64_t> seed,
-              bool stop_at_eos) {
+              bool stop_at_eos, const py::object& grammar) {
              auto e = self.engine();
              if (!PyCallable_Check(on_token.ptr())) throw py::value_error("on_token must be callable");
              auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
                                      repetition_penalty, stop_sequences, seed, stop_at_eos);
+             req.grammar = to_grammar(grammar);
              req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
                                                 early_exit_peek_every, early_exit_logit_margin);
              // A Python exception in the callback stops generation and is re-raised here.
@@ -222,7 +233,7 @@ One Model may be used from several Python threads at once (the GIL is released d
            py::arg("stop_sequences") = py::list(), py::arg("early_exit_patience") = 0,
            py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3,
            py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
-           py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
+           py::arg("seed") = py::none(), py::arg("stop_at_eos") = true, py::arg("grammar") = py::none(),
            "generate() with on_token(tok) -> bool called per token (False stops after it). Returns a dict:\n"
            "tokens, prefill_ms, first_token_ms, decode_steady_ms, tokens_emitted, loops_per_token (the loop\n"
            "depth behind each emitted token; early exit lowers it), mean_loops (their mean).")

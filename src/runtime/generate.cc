@@ -1,5 +1,7 @@
 #include "runtime/generate.h"
 
+#include "runtime/grammar_step.h"
+
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -90,8 +92,14 @@ GenerateResult decode(const Engine& engine, const GenerateRequest& req, int64_t 
   for (int32_t id : req.prompt) seen.add(id);
   int64_t depth = loops;  // iterations behind `logits`: the prefill never exits early
 
+  GrammarCursor grammar(req.grammar, c);
+
   while (true) {
-    const int32_t tok = sample_next(logits.data(), c.vocab_size, req.sampling, seen.ids(), rng);
+    // Order (DESIGN.md section 4): penalty -> grammar mask -> temperature/top-k/top-p/sample.
+    apply_repetition_penalty(logits.data(), c.vocab_size, seen.ids(), req.sampling.repetition_penalty);
+    if (!grammar.mask(logits.data())) break;  // a full match nothing can extend
+    const int32_t tok = sample_next(logits.data(), c.vocab_size, req.sampling, seen.ids(), rng,
+                                    /*apply_penalty=*/false);
     res.tokens.push_back(tok);
     res.loops_per_token.push_back(depth);
     emitted.push_back(tok);
@@ -103,6 +111,11 @@ GenerateResult decode(const Engine& engine, const GenerateRequest& req, int64_t 
     }
     if (!keep_going || static_cast<int64_t>(emitted.size()) >= req.max_tokens) break;
     if (req.stop_at_eos && is_eos(c, tok)) break;
+    if (grammar.active()) {
+      if (is_eos(c, tok)) break;  // EOS was allowed: the output is a full match
+      grammar.advance(tok);
+      if (grammar.finished()) break;  // the grammar admits no more bytes
+    }
     if (stops.matches(emitted)) break;
     depth = source.step(res.tokens, req.early_exit, logits);
   }
@@ -124,6 +137,7 @@ void validate(const Engine& e, const GenerateRequest& r) {
   e.check_length(static_cast<int64_t>(r.prompt.size()), r.max_tokens);
   (void)StopMatcher(r.stop_sequences, e.config().vocab_size);  // throws for a bad sequence
   validate(r.early_exit);
+  if (r.grammar) (void)GrammarCursor(r.grammar, e.config());  // vocabulary set and sized
 }
 
 double GenerateResult::mean_loops() const {

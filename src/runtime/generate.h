@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/early_exit.h"
+#include "grammar/grammar.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 
@@ -24,6 +25,7 @@ struct GenerateRequest {
   std::optional<uint64_t> seed;  // none = fresh entropy
   bool stop_at_eos = true;       // the config's eos_ids end generation (kept in the output)
   EarlyExitParams early_exit;    // decode-time early exit; disabled by default
+  std::shared_ptr<const grammar::Grammar> grammar;  // constrained decoding; null = none
 };
 
 struct GenerateResult {
