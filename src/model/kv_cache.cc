@@ -69,6 +69,16 @@ KvCache::KvCache(const KvCache& o, MemoryTracker* tracker)
   data_.reset(new uint8_t[static_cast<size_t>(bytes_)]);
   std::memcpy(data_.get(), o.data_.get(), static_cast<size_t>(bytes_));
   tracked_ = TrackedBytes(tracker, bytes_);
+  shared_prefix_ = o.shared_prefix_;  // a clone of a tail still reads the same prefix
+}
+
+void KvCache::set_shared_prefix(const KvCache* prefix) {
+  if (length_ != 0 || window_ != 0 || prefix->window() != 0 ||
+      prefix->layout().count() != layout_.count() || prefix->dtype() != dtype_ ||
+      prefix->n_kv_heads() != n_kv_heads_ || prefix->head_dim() != head_dim_)
+    throw std::invalid_argument("set_shared_prefix: the prefix does not match this cache");
+  shared_prefix_ = prefix;
+  length_ = prefix->length();
 }
 
 void* KvCache::k_data(int64_t slot) { return data_.get() + slot * slot_bytes_; }

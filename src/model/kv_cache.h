@@ -54,6 +54,14 @@ class KvCache {
   std::unique_ptr<KvCache> clone() const;
   int64_t bytes() const { return bytes_; }
 
+  // Two-segment KV (prefix cache, runtime/prefix_cache.h): positions < prefix->length() are
+  // read from `prefix`, which is shared and never written through this cache; this cache
+  // holds only the later positions (rows p % capacity). Must be set while length() == 0 and
+  // sets length() to the prefix's. The prefix must have this cache's layout and dtype, no
+  // window, and outlive this cache. null (the default) = one segment, as everywhere else.
+  void set_shared_prefix(const KvCache* prefix);
+  const KvCache* shared_prefix() const { return shared_prefix_; }
+
   ops::KvView view(int64_t slot) const;
   void* k_data(int64_t slot);
   void* v_data(int64_t slot);
@@ -75,6 +83,7 @@ class KvCache {
   std::unique_ptr<uint8_t[]> data_;  // [slots][K|V][capacity][n_kv_heads * head_dim]
   MemoryTracker* tracker_;
   TrackedBytes tracked_;
+  const KvCache* shared_prefix_ = nullptr;  // not owned; see set_shared_prefix
 };
 
 }  // namespace tinyloop::model

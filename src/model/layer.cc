@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "ops/attention_segments.h"
+
 namespace tinyloop::model {
 namespace {
 
@@ -119,6 +121,12 @@ void attend_causal(const ModelConfig& c, int64_t slot, const float* q, const flo
   ops::kv_write(kv.dtype(), kv.k_data(slot), kv.v_data(slot), kv.capacity(), c.n_kv_heads,
                 c.head_dim, k, v, pos, T);
   for (int64_t t = 0; t < T; ++t) k_lo[t] = kv.first_visible(pos[t]);
+  if (const KvCache* prefix = kv.shared_prefix()) {
+    // Prefix-cache tail: earlier positions are read in place from the shared prefix.
+    ops::attention_segments(q, T, c.n_heads, prefix->view(slot), prefix->length(), kv.view(slot),
+                            pos, k_lo, out);
+    return;
+  }
   ops::attention(q, T, c.n_heads, kv.view(slot), pos, k_lo, out);
 }
 

@@ -97,8 +97,10 @@ void LoopedModel::readout(float* s, const int64_t* pos, int64_t T, KvCache& kv, 
 }
 
 int64_t LoopedModel::max_chunk(const KvCache& kv, int64_t T) const {
+  // A prefix-cache tail holds only positions >= its shared prefix's length.
+  const int64_t first = kv.shared_prefix() ? kv.shared_prefix()->length() : 0;
   const int64_t end = kv.length() + T;
-  if (end <= kv.capacity()) return T;  // nothing wraps
+  if (end - first <= kv.capacity()) return T;  // nothing wraps
   // A chunk of n tokens writes n rows; the first query still needs window - 1 older rows.
   const int64_t room = kv.capacity() - kv.window() + 1;
   if (kv.window() <= 0 || room < 1)

@@ -1,0 +1,66 @@
+#include "runtime/prefix_cache.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+namespace tinyloop::runtime {
+
+std::shared_ptr<const PrefixCache> PrefixCache::build(std::shared_ptr<const Engine> engine,
+                                                      std::vector<int32_t> prefix,
+                                                      std::optional<int64_t> loops) {
+  const Engine& e = *engine;
+  e.check_tokens(prefix);  // also rejects an empty prefix
+  const int64_t L = e.resolve_loops(loops);
+  const auto P = static_cast<int64_t>(prefix.size());
+  e.check_length(P, 0);
+
+  auto pc = std::shared_ptr<PrefixCache>(new PrefixCache());
+  // Exactly generate()'s prefill of these positions: the model is batch-invariant, so the
+  // rows are the same whatever suffix a later call appends.
+  pc->kv_ = e.new_cache(L, P, 0, e.kv_dtype());
+  e.model().forward(prefix.data(), P, *pc->kv_, model::LogitRows::Last, pc->logits_, L);
+  pc->tracked_ = model::TrackedBytes(&e.model().memory(),
+                                     int64_t(pc->logits_.size()) * int64_t(sizeof(float)));
+  pc->engine_ = std::move(engine);
+  pc->prefix_ = std::move(prefix);
+  pc->loops_ = L;
+  return pc;
+}
+
+int64_t PrefixCache::bytes() const {
+  return kv_->bytes() + int64_t(logits_.size()) * int64_t(sizeof(float));
+}
+
+GenerateResult PrefixCache::generate(const std::vector<int32_t>& suffix, GenerateRequest req,
+                                     const TokenCallback& on_token) const {
+  const Engine& e = *engine_;
+  const int64_t L = req.loops.value_or(loops_);
+  if (L != loops_)
+    throw std::runtime_error("loops mismatch: the prefix cache was built at loops=" +
+                             std::to_string(loops_) + ", generate_from_prefix_cache asked for " +
+                             std::to_string(L));
+  req.loops = L;
+  if (req.cache_window != 0)
+    throw std::invalid_argument(
+        "cache_window must be 0 with a prefix cache (the prefix is stored full-length)");
+  if (!suffix.empty()) e.check_tokens(suffix, "suffix");  // empty: decode right after the prefix
+  req.prompt = prefix_;
+  req.prompt.insert(req.prompt.end(), suffix.begin(), suffix.end());
+  validate(e, req);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto S = static_cast<int64_t>(suffix.size());
+  // The tail: rows for the suffix and every token decoding may add; positions start at P.
+  auto tail = e.new_cache(L, std::max<int64_t>(1, S + req.max_tokens), 0, e.kv_dtype());
+  tail->set_shared_prefix(kv_.get());
+  std::vector<float> logits = logits_;  // [V]
+  if (S > 0) e.model().forward(suffix.data(), S, *tail, model::LogitRows::Last, logits, L);
+  const double prefill_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return generate_after_prefill(e, req, L, std::move(tail), std::move(logits), t0, prefill_ms,
+                                on_token);
+}
+
+}  // namespace tinyloop::runtime
