@@ -23,8 +23,8 @@ constexpr uint64_t kClosed = 0xffffffffu;  // low half of state_: no tasks left 
 // How long an idle worker spins before it sleeps: longer than the gaps between the jobs of
 // a decode step (a norm, RoPE, a KV write: microseconds), short enough that a worker does
 // not burn the CPU while its caller is descheduled or busy elsewhere. Measured on a loaded
-// 2-vCPU machine (other jobs running): 1 ms of spinning made 2-thread decode 2x slower than
-// 50 us, because the spinning came out of the process's own share of the CPUs.
+// 2-vCPU machine (other jobs running): 1 ms of spinning made 2-thread decode 1.5-2x slower
+// than 50 us, because the spinning came out of the process's own share of the CPUs.
 constexpr auto kSpin = std::chrono::microseconds(50);
 // How long a caller spins for the other threads' last tasks before it sleeps.
 constexpr auto kCallerSpin = std::chrono::microseconds(50);
