@@ -28,13 +28,7 @@ using model::LogitRows;
 constexpr int64_t kLoops = 6;
 
 ModelConfig config() {
-  ModelConfig c = testing::tiny_config();  // 1 pre, 2 loop layers, 1 post
-  c.dim = 16;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 4;
-  c.ffn_dim = 24;
-  c.vocab_size = 31;
+  ModelConfig c = testing::small_runtime_config();
   c.default_loops = kLoops;
   c.max_seq_len = 256;
   c.norm_placement = NormPlacement::HuginnSandwich;
@@ -42,7 +36,6 @@ ModelConfig config() {
   c.init_state = InitState::Random;
   c.init_state_std = 0.5;
   c.init_state_seed = 3;
-  c.eos_ids = {};
   return c;
 }
 
@@ -60,9 +53,7 @@ std::vector<uint8_t> row(const KvCache& kv, int64_t slot, int64_t p) {
 class EarlyExitTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    testing::RawFile raw = testing::make_raw_file(config(), "F32");
-    testing::fill_random_weights(raw, 11);
-    path_ = file_.write(testing::serialize(raw));
+    path_ = testing::write_random_model(file_, config(), "F32", 11);
     engine_ = std::make_unique<Engine>(path_, EngineOptions{});
   }
   const model::LoopedModel& m() const { return engine_->model(); }

@@ -22,27 +22,16 @@ namespace tinyloop::runtime {
 namespace {
 
 ModelConfig config() {
-  ModelConfig c = testing::tiny_config();  // 1 pre, 2 loop layers, 1 post
-  c.dim = 16;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 4;
-  c.ffn_dim = 24;
-  c.vocab_size = 31;
-  c.default_loops = 3;
-  c.max_seq_len = 128;
+  ModelConfig c = testing::small_runtime_config();
   c.inject = Inject::Add;
   c.loop_norm = true;
-  c.eos_ids = {};
   return c;
 }
 
 class PrefixCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    testing::RawFile raw = testing::make_raw_file(config(), "F16");
-    testing::fill_random_weights(raw, 11);
-    path_ = file_.write(testing::serialize(raw));
+    path_ = testing::write_random_model(file_, config(), "F16", 11);
     engine_ = std::make_shared<Engine>(path_, EngineOptions{});
   }
   void TearDown() override { ops::set_force_scalar(false); }

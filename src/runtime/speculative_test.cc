@@ -34,12 +34,7 @@ using model::KvCache;
 using model::LogitRows;
 
 ModelConfig config() {
-  ModelConfig c = testing::tiny_config();  // 1 pre, 2 loop layers, 1 post
-  c.dim = 16;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 4;
-  c.ffn_dim = 24;
+  ModelConfig c = testing::small_runtime_config();
   c.vocab_size = 29;
   c.default_loops = 4;
   c.max_seq_len = 256;
@@ -48,16 +43,13 @@ ModelConfig config() {
   c.init_state = InitState::Random;
   c.init_state_std = 0.5;
   c.init_state_seed = 3;
-  c.eos_ids = {};
   return c;
 }
 
 class SpecTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    testing::RawFile raw = testing::make_raw_file(config(), "F16");
-    testing::fill_random_weights(raw, 11);
-    engine_ = std::make_unique<Engine>(file_.write(testing::serialize(raw)), EngineOptions{});
+    engine_ = std::make_unique<Engine>(testing::write_random_model(file_, config(), "F16", 11), EngineOptions{});
   }
   const model::LoopedModel& m() const { return engine_->model(); }
 

@@ -36,4 +36,29 @@ inline void fill_random_weights(RawFile& f, uint64_t seed) {
   }
 }
 
+// The shape the runtime tests share: 1 pre block, 2 loop layers, 1 post block; dim 16,
+// 4 query heads over 2 KV heads of width 4, FFN 24, vocab 31, no EOS. Each test then sets
+// the family options it exercises (placement, inject, init state, loops, ...).
+inline ModelConfig small_runtime_config() {
+  ModelConfig c = tiny_config();
+  c.dim = 16;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 4;
+  c.ffn_dim = 24;
+  c.vocab_size = 31;
+  c.default_loops = 3;
+  c.max_seq_len = 128;
+  c.eos_ids = {};
+  return c;
+}
+
+// Writes `c` with random weights stored as `weight_dtype` into `file`; returns its path.
+inline const std::string& write_random_model(TempFile& file, const ModelConfig& c,
+                                             const std::string& weight_dtype, uint64_t seed) {
+  RawFile raw = make_raw_file(c, weight_dtype);
+  fill_random_weights(raw, seed);
+  return file.write(serialize(raw));
+}
+
 }  // namespace tinyloop::testing
