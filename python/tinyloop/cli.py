@@ -1,8 +1,9 @@
 """The `tinyloop` command line.
 
-    tinyloop generate [--model PATH] PROMPT [--max-tokens N] [--loops L] ...
+    tinyloop generate [MODEL] PROMPT [--max-tokens N] [--loops L] [--temperature T] ...
+    tinyloop chat [MODEL] [--system TEXT] [--max-tokens N] ...
     tinyloop inspect MODEL
-    tinyloop random-model OUT [--kind llama|huginn|ouro] [--weight-dtype f32|f16|bf16] [--set k=v ...]
+    tinyloop random-model OUT [--kind llama|huginn|ouro] [--weight-dtype f32|f16|bf16|int8|int4] [--group G] [--set k=v ...]
     tinyloop talk [--model PATH] [--loops L] ...
     tinyloop perplexity MODEL FILE... [--loops 1,2,4,8,16] [--ctx 256] [--tail-fraction 0.05]
     tinyloop bench [-p 512] [-n 128] [-L 8] [-t 2] [--weight-dtype f32,f16,bf16] [-r 3] [--json]
@@ -49,11 +50,21 @@ def _sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-seq-len", type=int, default=None)
 
 
+def _generate_inputs(args) -> tuple[str | None, str]:
+    """`generate MODEL PROMPT` or `generate PROMPT` (the bundled model, or --model)."""
+    if len(args.words) > 2 or (len(args.words) == 2 and args.model):
+        raise ValueError("expected [MODEL] PROMPT (quote a prompt that has spaces)")
+    model, prompt = (args.words if len(args.words) == 2 else (args.model, args.words[0]))
+    if model and model.endswith(".gguf"):
+        raise ValueError(f"{model} is a GGUF file: convert it first (tinyloop convert {model} OUT.tinyloop)")
+    return model or _default_model(), prompt
+
+
 def cmd_generate(args) -> int:
     import numpy as np
     import tinyloop_py as tl
 
-    path = args.model or _default_model()
+    path, args.prompt = _generate_inputs(args)
     if path is None:
         print("tinyloop generate: no model given and no bundled model found "
               "(pass --model PATH or set TINYLOOP_MODEL)", file=sys.stderr)
@@ -104,6 +115,19 @@ def cmd_talk(args) -> int:
         return run(model, tokenizer, args)
 
 
+def cmd_chat(args) -> int:
+    from .chat import run
+    from .text import chat_template
+
+    args.model = args.model or _default_model()
+    with _open_default(args) as model:
+        tokenizer = load_tokenizer(model)
+        if tokenizer is None:
+            print("tinyloop chat: the model has no embedded tokenizer", file=sys.stderr)
+            return 2
+        return run(model, tokenizer, chat_template(args.model), args)
+
+
 def cmd_perplexity(args) -> int:
     from .perplexity import main_args
 
@@ -119,16 +143,27 @@ def cmd_inspect(args) -> int:
     for k, v in contents.config.items():
         print(f"  {k}: {v}")
     print(f"tokenizer: {'embedded' if contents.tokenizer_json else 'none'}")
+    print(f"format_version: {contents.metadata.get('format_version')}")
     print("tensors:")
     for name, a in contents.tensors.items():
-        print(f"  {name:40s} {contents.dtypes[name]:5s} {list(a.shape)}")
+        dtype = contents.dtypes[name]
+        if dtype in ("I8", "U8"):  # quantized weight: its logical type, shape and group
+            from tinyloop.quantize import group_size
+            kind = "int8" if dtype == "I8" else "int4"
+            K = a.shape[1] * (2 if dtype == "U8" else 1)
+            sdt = contents.dtypes[name + ".scales"]
+            print(f"  {name:40s} {kind:5s} {[a.shape[0], K]} group {group_size(name, contents.tensors)}"
+                  f", {sdt} scales{' and offsets' if dtype == 'U8' else ''}")
+        elif not name.endswith((".scales", ".offsets")) or name.rsplit(".", 1)[0] not in contents.tensors:
+            print(f"  {name:40s} {dtype:5s} {list(a.shape)}")
     return 0
 
 
 def cmd_random_model(args) -> int:
     from tinyloop.random_model import main as random_main
 
-    argv = [args.out, "--kind", args.kind, "--seed", str(args.seed), "--weight-dtype", args.weight_dtype]
+    argv = [args.out, "--kind", args.kind, "--seed", str(args.seed), "--weight-dtype", args.weight_dtype,
+            "--group", str(args.group), "--scale-dtype", args.scale_dtype]
     for s in args.set or []:
         argv += ["--set", s]
     return random_main(argv)
@@ -139,8 +174,9 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     g = sub.add_parser("generate", help="continue a prompt, streaming the output")
-    g.add_argument("prompt")
-    g.add_argument("--model", default=None, help="a .tinyloop file (default: the bundled model)")
+    g.add_argument("words", nargs="+", metavar="[MODEL] PROMPT",
+                   help="a .tinyloop file (default: the bundled model) and the prompt")
+    g.add_argument("--model", default=None, help="a .tinyloop file (same as the MODEL argument)")
     g.add_argument("--ids", action="store_true", help="the prompt is comma-separated token ids")
     _sampling_args(g)
     g.set_defaults(func=cmd_generate)
@@ -149,6 +185,12 @@ def main(argv=None) -> int:
     t.add_argument("--model", default=None, help="a .tinyloop file (default: the bundled model)")
     _sampling_args(t)
     t.set_defaults(func=cmd_talk)
+
+    c = sub.add_parser("chat", help="a conversation through the model's chat template (empty line quits)")
+    c.add_argument("model", nargs="?", default=None, help="a .tinyloop file (default: the bundled model)")
+    c.add_argument("--system", default=None, help="a system message (templates that take one)")
+    _sampling_args(c)
+    c.set_defaults(func=cmd_chat, max_tokens=256)
 
     p = sub.add_parser("perplexity", help="perplexity of text files at one or more loop depths")
     p.add_argument("model")
@@ -169,7 +211,9 @@ def main(argv=None) -> int:
     r.add_argument("out")
     r.add_argument("--kind", default="huginn", choices=["llama", "huginn", "ouro"])
     r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--weight-dtype", default="f32", choices=["f32", "f16", "bf16"])
+    r.add_argument("--weight-dtype", default="f32", choices=["f32", "f16", "bf16", "int8", "int4"])
+    r.add_argument("--group", type=int, default=32, help="int8/int4: columns per scale (0: one group a row)")
+    r.add_argument("--scale-dtype", default="f32", choices=["f32", "f16"], help="int8/int4: scale/offset dtype")
     r.add_argument("--set", action="append", help="config override key=value (repeatable)")
     r.set_defaults(func=cmd_random_model)
 

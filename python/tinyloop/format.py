@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .config import FORMAT_VERSION, check_tensor_shapes, expected_tensors, normalize_config
+from .quantize import is_quantizable, logical_shapes
 
 __all__ = [
     "ModelContents",
@@ -35,8 +36,13 @@ _DTYPE_SIZES = {
     "I64": 8, "U64": 8, "F64": 8,
 }
 _WEIGHT_DTYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16"}
-_SUPPORTED = ("F32", "F16", "BF16")  # version 1
-_RESERVED_QUANT = ("I8", "U8")  # quantized formats, reserved for a later version
+_SUPPORTED = ("F32", "F16", "BF16")  # float storage, versions 1 and 2
+_QUANT = ("I8", "U8")  # int8 / int4 (two a byte) weights: version 2
+_SCALE_DTYPES = ("F16", "F32")  # of the .scales / .offsets companions
+# Version 1: float weights only. Version 2 adds int8/int4 weights; the writer sets it only
+# when a file holds one, so float models stay readable by version-1 readers.
+QUANT_FORMAT_VERSION = 2
+_KNOWN_VERSIONS = ("1", "2")
 
 
 @dataclass
@@ -44,8 +50,10 @@ class ModelContents:
     """What `read_model` returns."""
 
     config: dict  # normalized (every field filled)
-    tensors: dict  # name -> float64 array, F16/BF16 decoded
-    dtypes: dict  # name -> stored dtype string ("F32", "F16", "BF16")
+    # name -> float64 array, F16/BF16 decoded; quantized weights (I8/U8) stay int8/uint8
+    # as stored, beside their float64 `.scales` / `.offsets` (tinyloop.quantize.dequantize)
+    tensors: dict
+    dtypes: dict  # name -> stored dtype string ("F32", "F16", "BF16", "I8", "U8")
     metadata: dict  # the raw `__metadata__` (str -> str)
     tokenizer_json: str | None = None
     chat_template: str | None = None
@@ -79,11 +87,27 @@ def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
 # writing
 
 
+def _stored_dtype(name: str, a: np.ndarray, weight_dtype: str) -> str:
+    """The safetensors dtype a tensor is written as. numpy int8 / uint8 arrays are I8 / U8
+    (quantized weights); `.scales` / `.offsets` companions F16 when given as float16, else
+    F32 (never re-rounded to weight_dtype: that would change them); other 2-D tensors take
+    weight_dtype; norms and biases (1-D) stay F32, as the format requires."""
+    if a.dtype == np.int8:
+        return "I8"
+    if a.dtype == np.uint8:
+        return "U8"
+    if name.endswith((".scales", ".offsets")):
+        return "F16" if a.dtype == np.float16 else "F32"
+    return _WEIGHT_DTYPES[weight_dtype] if a.ndim == 2 else "F32"
+
+
 def _encode_tensor(name: str, a: np.ndarray, weight_dtype: str) -> tuple[str, bytes]:
-    """(safetensors dtype, little-endian bytes). 2-D weights take weight_dtype; norms and
-    biases (1-D) stay F32, as the format requires."""
+    """(safetensors dtype, little-endian bytes), the dtype by _stored_dtype."""
+    a = np.asarray(a)
+    dtype = _stored_dtype(name, a, weight_dtype)
+    if dtype in _QUANT:
+        return dtype, np.ascontiguousarray(a).tobytes()
     f32 = np.ascontiguousarray(a, dtype=np.float32)
-    dtype = _WEIGHT_DTYPES[weight_dtype] if f32.ndim == 2 else "F32"
     if dtype == "F32":
         return dtype, f32.astype("<f4").tobytes()
     if dtype == "F16":
@@ -140,17 +164,29 @@ def write_model(path, config: dict, tensors: dict, tokenizer_json: str | None = 
     expected tensors exactly; 2-D weight matrices are stored as `weight_dtype`
     ("f32" | "f16" | "bf16"), norms and biases as F32. Raises ValueError naming the
     problem (config field, tensor, dtype).
+
+    Quantized weights (format version 2, docs/model-format.md) are ordinary entries: an
+    int8 weight is a numpy int8 [N, K] array plus `NAME.scales`; an int4 one a uint8
+    [N, K/2] array plus `NAME.scales` and `NAME.offsets` (tinyloop.quantize makes them).
+    Companions given as float16 are stored F16, others F32. The file gets format_version 2
+    when any weight is quantized, 1 otherwise.
     """
     if weight_dtype not in _WEIGHT_DTYPES:
         raise ValueError(f"weight_dtype {weight_dtype!r}: expected one of {list(_WEIGHT_DTYPES)}")
     cfg = normalize_config(config)
-    check_tensor_shapes(cfg, {n: np.shape(t) for n, t in tensors.items()})
+    shapes = {n: np.shape(t) for n, t in tensors.items()}
+    dtypes = {n: _stored_dtype(n, np.asarray(t), weight_dtype) for n, t in tensors.items()}
+    _check_quantized(str(path), dtypes, shapes)
+    check_tensor_shapes(cfg, logical_shapes(shapes))
     entries = []
     for name in expected_tensors(cfg):
-        dtype, data = _encode_tensor(name, np.asarray(tensors[name]), weight_dtype)
-        entries.append((name, dtype, tuple(np.shape(tensors[name])), data))
+        names = [name] + [name + c for c in (".scales", ".offsets") if name + c in tensors]
+        for n in names:
+            dtype, data = _encode_tensor(n, np.asarray(tensors[n]), weight_dtype)
+            entries.append((n, dtype, tuple(np.shape(tensors[n])), data))
+    version = QUANT_FORMAT_VERSION if any(d in _QUANT for d in dtypes.values()) else FORMAT_VERSION
     entries = _layout(entries)
-    metadata = {"format": "tinyloop", "format_version": str(FORMAT_VERSION),
+    metadata = {"format": "tinyloop", "format_version": str(version),
                 "config": json.dumps(cfg)}
     if tokenizer_json is not None:
         metadata["tokenizer"] = str(tokenizer_json)
@@ -230,16 +266,16 @@ def _check_coverage(path: str, spans: dict, data_len: int) -> None:
 
 
 def _check_metadata(path: str, meta) -> dict:
-    """The normalized config, after checking `format` and `format_version`."""
+    """The normalized config, after checking `format` and `format_version` ("1" or "2")."""
     if not isinstance(meta, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
         raise ValueError(f"{path}: bad header: __metadata__ must map strings to strings")
     if meta.get("format") != "tinyloop":
         raise ValueError(f"{path}: metadata 'format' is {meta.get('format')!r}, "
                          f"expected 'tinyloop'")
-    if meta.get("format_version") != str(FORMAT_VERSION):
+    if meta.get("format_version") not in _KNOWN_VERSIONS:
         raise ValueError(f"{path}: unsupported format_version {meta.get('format_version')!r} "
-                         f"(this reader knows {FORMAT_VERSION})")
+                         f"(this reader knows {', '.join(_KNOWN_VERSIONS)})")
     if "config" not in meta:
         raise ValueError(f"{path}: metadata 'config' is missing")
     try:
@@ -252,19 +288,76 @@ def _check_metadata(path: str, meta) -> dict:
         raise ValueError(f"{path}: {e}") from None
 
 
-def _check_dtype(path: str, name: str, dtype: str, ndim: int) -> None:
-    if dtype in _RESERVED_QUANT:
-        raise ValueError(f"{path}: tensor '{name}': dtype {dtype} is reserved for quantized "
-                         f"weights, not supported by format version {FORMAT_VERSION}")
+def _check_dtype(path: str, name: str, dtype: str, ndim: int, version: str) -> None:
+    if dtype in _QUANT:
+        if version == "1":
+            raise ValueError(f"{path}: tensor '{name}': dtype {dtype} (quantized weights) "
+                             f"needs format_version 2, the file says 1")
+        return  # checked with its companions by _check_quantized
     if dtype not in _SUPPORTED:
         raise ValueError(f"{path}: tensor '{name}': unsupported dtype {dtype}")
     if ndim != 2 and dtype != "F32":
         raise ValueError(f"{path}: tensor '{name}': norms and biases must be F32, got {dtype}")
 
 
+def _check_quantized(path: str, dtypes: dict, shapes: dict) -> None:
+    """Quantized weights and their companions (docs/model-format.md, version 2): I8/U8 only
+    on quantizable weights; `.scales` (and `.offsets` for U8) present, F16 or F32 (the
+    same dtype), shaped [N, K/G] with G dividing K (and even for int4); no companion
+    without its quantized weight. Errors name the tensor."""
+    for name, dtype in dtypes.items():
+        if dtype not in _QUANT:
+            continue
+        if not is_quantizable(name):
+            raise ValueError(f"{path}: tensor '{name}': dtype {dtype}, but only linear, embed "
+                             f"and head weights may be quantized")
+        if len(shapes[name]) != 2:
+            raise ValueError(f"{path}: tensor '{name}': a quantized weight must be 2-D, got "
+                             f"shape {list(shapes[name])}")
+        N, stored_k = shapes[name]
+        K = 2 * stored_k if dtype == "U8" else stored_k
+        needed = (".scales", ".offsets") if dtype == "U8" else (".scales",)
+        for c in needed:
+            if name + c not in dtypes:
+                raise ValueError(f"{path}: tensor '{name + c}': missing (the {dtype} weight "
+                                 f"'{name}' needs it)")
+            if dtypes[name + c] not in _SCALE_DTYPES:
+                raise ValueError(f"{path}: tensor '{name + c}': dtype {dtypes[name + c]}, "
+                                 f"expected F16 or F32")
+        if dtype == "I8" and name + ".offsets" in dtypes:
+            raise ValueError(f"{path}: tensor '{name}.offsets': an I8 (int8) weight has no "
+                             f"offsets (leftover)")
+        if dtype == "U8" and dtypes[name + ".scales"] != dtypes[name + ".offsets"]:
+            raise ValueError(f"{path}: tensor '{name}.offsets': dtype "
+                             f"{dtypes[name + '.offsets']}, but '{name}.scales' is "
+                             f"{dtypes[name + '.scales']} (they must match)")
+        s_shape = tuple(shapes[name + ".scales"])
+        if (len(s_shape) != 2 or s_shape[0] != N or s_shape[1] == 0 or K % s_shape[1] != 0):
+            raise ValueError(f"{path}: tensor '{name}.scales': shape {list(s_shape)}, expected "
+                             f"[{N}, K/G] with the group size G dividing K = {K}")
+        if dtype == "U8" and tuple(shapes[name + ".offsets"]) != s_shape:
+            raise ValueError(f"{path}: tensor '{name}.offsets': shape "
+                             f"{list(shapes[name + '.offsets'])}, but '{name}.scales' is "
+                             f"{list(s_shape)} (they must match)")
+        G = K // s_shape[1]
+        if dtype == "U8" and G % 2:
+            raise ValueError(f"{path}: tensor '{name}.scales': group size {G} is odd (int4 "
+                             f"packs two columns a byte, so G must be even)")
+    for name in dtypes:
+        if name.endswith((".scales", ".offsets")):
+            weight = name.rsplit(".", 1)[0]
+            if dtypes.get(weight) not in _QUANT:
+                raise ValueError(f"{path}: tensor '{name}': not used by the config (leftover:"
+                                 f" '{weight}' is not a quantized weight)")
+
+
 def _decode(blob: bytes, start: int, dtype: str, shape: tuple) -> np.ndarray:
-    """float64 copy of one tensor's data."""
+    """float64 copy of one tensor's data; I8 / U8 (quantized weights) stay int8 / uint8."""
     count = int(np.prod(shape, dtype=np.int64))
+    if dtype in _QUANT:
+        np_dtype = np.int8 if dtype == "I8" else np.uint8
+        return np.frombuffer(blob, dtype=np_dtype, count=count, offset=start).reshape(
+            shape).copy()
     if dtype == "BF16":
         raw = np.frombuffer(blob, dtype="<u2", count=count, offset=start)
         return from_bf16_bits(raw).astype(np.float64).reshape(shape)
@@ -286,9 +379,11 @@ def read_model(path) -> ModelContents:
     _check_coverage(path, {n: (p[2], p[3]) for n, p in parsed.items()}, data_len)
     cfg = _check_metadata(path, meta)
     for name, (dtype, shape, _, _) in parsed.items():
-        _check_dtype(path, name, dtype, len(shape))
+        _check_dtype(path, name, dtype, len(shape), meta["format_version"])
+    _check_quantized(path, {n: p[0] for n, p in parsed.items()},
+                     {n: p[1] for n, p in parsed.items()})
     try:
-        check_tensor_shapes(cfg, {n: p[1] for n, p in parsed.items()})
+        check_tensor_shapes(cfg, logical_shapes({n: p[1] for n, p in parsed.items()}))
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
     tensors = {n: _decode(blob, data_start + p[2], p[0], p[1]) for n, p in parsed.items()}

@@ -1,6 +1,7 @@
 """Random test models: tensors whose activations stay O(1) through many loop iterations.
 
     python3 -m tinyloop.random_model OUT --kind huginn --dim 96 --seed 3 --weight-dtype bf16
+    python3 -m tinyloop.random_model OUT --kind llama --weight-dtype int4 --group 32
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 
 from .config import expected_tensors, normalize_config, preset_config
 from .format import write_model
+from .quantize import quantize_tensors
 
 __all__ = ["random_tensors", "write_random_model", "main"]
 
@@ -67,14 +69,31 @@ def random_tensors(cfg: dict, seed: int = 0) -> dict:
     return out
 
 
+WEIGHT_DTYPES = ("f32", "f16", "bf16", "int8", "int4")
+
+
 def write_random_model(path, cfg_or_kind, seed: int = 0, weight_dtype: str = "f32",
-                       **overrides) -> str:
-    """Write a random model; `cfg_or_kind` is a config dict or a preset kind name."""
+                       group: int | None = 32, scale_dtype: str = "f32", **overrides) -> str:
+    """Write a random model; `cfg_or_kind` is a config dict or a preset kind name.
+
+    weight_dtype "int8" / "int4" quantizes every linear, the embedding and the head
+    (tinyloop.quantize, round to nearest) with `group` columns a scale (None: one group a
+    row; it must divide every in-dimension) and scales/offsets stored as `scale_dtype`
+    ("f32" | "f16"); other 2-D tensors (pos_emb, exit gate) stay F32."""
+    if weight_dtype not in WEIGHT_DTYPES:
+        raise ValueError(f"weight_dtype {weight_dtype!r}: expected one of {list(WEIGHT_DTYPES)}")
     if isinstance(cfg_or_kind, str):
         cfg = preset_config(cfg_or_kind, **overrides)
     else:
         cfg = normalize_config({**cfg_or_kind, **overrides})
-    return write_model(path, cfg, random_tensors(cfg, seed), weight_dtype=weight_dtype)
+    tensors = random_tensors(cfg, seed)
+    if weight_dtype in ("int8", "int4"):
+        if scale_dtype not in ("f32", "f16"):
+            raise ValueError(f"scale_dtype {scale_dtype!r}: expected 'f32' or 'f16'")
+        tensors = quantize_tensors(tensors, weight_dtype, group,
+                                   np.float16 if scale_dtype == "f16" else np.float32)
+        weight_dtype = "f32"
+    return write_model(path, cfg, tensors, weight_dtype=weight_dtype)
 
 
 # ---------------------------------------------------------------------------------------
@@ -104,7 +123,11 @@ def main(argv=None) -> int:
     ap.add_argument("out", help="output path")
     ap.add_argument("--kind", default="llama", choices=["llama", "huginn", "ouro"])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--weight-dtype", default="f32", choices=["f32", "f16", "bf16"])
+    ap.add_argument("--weight-dtype", default="f32", choices=list(WEIGHT_DTYPES))
+    ap.add_argument("--group", type=int, default=32,
+                    help="int8/int4: columns per scale (0: one group a row)")
+    ap.add_argument("--scale-dtype", default="f32", choices=["f32", "f16"],
+                    help="int8/int4: dtype of the scales and offsets")
     for name in _INT_FLAGS:
         ap.add_argument("--" + name.replace("_", "-"), dest=name, type=int, default=None)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
@@ -114,7 +137,8 @@ def main(argv=None) -> int:
     overrides.update(_parse_set(args.set))
     try:
         path = write_random_model(args.out, args.kind, seed=args.seed,
-                                  weight_dtype=args.weight_dtype, **overrides)
+                                  weight_dtype=args.weight_dtype, group=args.group or None,
+                                  scale_dtype=args.scale_dtype, **overrides)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

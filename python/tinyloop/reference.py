@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from .config import check_tensor_shapes, layer_prefixes, normalize_config, uses_rope
+from .quantize import dequantize, logical_shapes
 
 __all__ = [
     "forward",
@@ -41,6 +42,9 @@ _MASK64 = (1 << 64) - 1
 
 
 def _w(tensors: dict, name: str) -> np.ndarray:
+    """A tensor as float64; an int8/int4 weight (format version 2) is dequantized."""
+    if name + ".scales" in tensors:
+        return dequantize(name, tensors)
     return np.asarray(tensors[name], dtype=np.float64)
 
 
@@ -236,7 +240,7 @@ def random_state(seed: int, positions, dim: int, std: float) -> np.ndarray:
 
 def _prepare(cfg, tensors):
     cfg = normalize_config(cfg)
-    check_tensor_shapes(cfg, {n: np.shape(t) for n, t in tensors.items()})
+    check_tensor_shapes(cfg, logical_shapes({n: np.shape(t) for n, t in tensors.items()}))
     return cfg
 
 

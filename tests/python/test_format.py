@@ -444,7 +444,7 @@ def _norm_as_f16(h, r):
 
 
 @pytest.mark.parametrize("edit, words", [
-    (_set_meta("format_version", "2"), ["format_version", "'2'"]),
+    (_set_meta("format_version", "3"), ["format_version", "'3'"]),
     (_set_meta("format", "gguf"), ["'format'", "gguf"]),
     (_set_meta("config", "{not json"), ["'config'", "not valid JSON"]),
     (_set_config(colour="red"), ["'colour'", "unknown"]),
@@ -454,7 +454,7 @@ def _norm_as_f16(h, r):
     (_reshape("head.weight", [97, 65]), ["'head.weight'", "bytes"]),  # size != offsets
     (_add_tensor("loop.0.attn.wq.scales", "F32", [4], 16), ["'loop.0.attn.wq.scales'",
                                                             "leftover"]),
-    (_add_tensor("x.weight", "I8", [4, 4], 16), ["'x.weight'", "I8", "reserved"]),
+    (_add_tensor("x.weight", "I8", [4, 4], 16), ["'x.weight'", "I8", "format_version 2"]),
     (_add_tensor("x.weight", "Q9", [4, 4], 16), ["'x.weight'", "unknown dtype"]),
     (_add_tensor("x.weight", "F64", [2, 2], 32), ["'x.weight'", "unsupported dtype"]),
     (_norm_as_f16, ["'final_norm.weight'", "F32"]),
