@@ -3,6 +3,7 @@
     tinyloop generate [MODEL] PROMPT [--max-tokens N] [--loops L] [--temperature T] ...
     tinyloop chat [MODEL] [--system TEXT] [--max-tokens N] ...
     tinyloop inspect MODEL
+    tinyloop convert SRC DST            (SRC: a .gguf file or a Hugging Face folder)
     tinyloop random-model OUT [--kind llama|huginn|ouro] [--weight-dtype f32|f16|bf16|int8|int4] [--group G] [--set k=v ...]
     tinyloop talk [--model PATH] [--loops L] ...
     tinyloop perplexity MODEL FILE... [--loops 1,2,4,8,16] [--ctx 256] [--tail-fraction 0.05]
@@ -169,6 +170,14 @@ def cmd_random_model(args) -> int:
     return random_main(argv)
 
 
+def cmd_convert(args) -> int:
+    from tinyloop.convert import convert
+
+    out = convert(args.src, args.dst, progress=not args.quiet)
+    print(f"wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB)", file=sys.stderr)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="tinyloop", description="TinyLoop: run looped transformer models")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -206,6 +215,12 @@ def main(argv=None) -> int:
     i = sub.add_parser("inspect", help="print a model file's config and tensors")
     i.add_argument("model")
     i.set_defaults(func=cmd_inspect)
+
+    cv = sub.add_parser("convert", help="GGUF file or Hugging Face folder -> .tinyloop (docs/convert.md)")
+    cv.add_argument("src", help="a .gguf file (llama) or a Hugging Face folder (Llama, Huginn-0125, Ouro)")
+    cv.add_argument("dst", help="the .tinyloop file to write")
+    cv.add_argument("--quiet", action="store_true", help="no progress bar")
+    cv.set_defaults(func=cmd_convert)
 
     r = sub.add_parser("random-model", help="write a model with random weights (tests, benchmarks)")
     r.add_argument("out")

@@ -1,0 +1,187 @@
+"""GGUF files of the `llama` architecture -> `.tinyloop`, read with PyPI `gguf`'s GGUFReader.
+
+Mapping (a plain model maps exactly onto the looped family, as in hf_llama):
+    token_embd.weight -> embed.weight         output.weight -> head.weight (absent: tied)
+    blk.{i}.attn_norm / attn_q / attn_k / attn_v / attn_output / ffn_norm / ffn_gate /
+    ffn_up / ffn_down -> {layer}attn_norm / attn.wq / wk / wv / wo / mlp_norm /
+    mlp.w_gate / w_up / w_down, with layer = pre.{i} for i < N-1 and loop.0 for the last
+    output_norm.weight -> final_norm.weight
+    n_pre_blocks = N-1, n_loop_layers = 1, default_loops = 1
+
+llama.cpp's converter permutes the Q and K rows of HF checkpoints so that its "normal"
+RoPE rotates adjacent pairs (2i, 2i+1): that is our `rope_interleaved`, so rows are kept
+as stored. Tensor types: F32, F16, BF16 kept as floats; Q8_0, Q4_0, Q4_1 kept quantized
+losslessly (gguf_repack). Anything else is refused before anything is written.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+from ..quantize import is_quantizable
+from .common import Job, Plan
+from .gguf_repack import FLOAT_TYPES, QUANT_TYPES, float_values, repack
+
+__all__ = ["plan_gguf", "open_gguf"]
+
+_LAYER_TENSORS = (  # GGUF name in blk.{i}. -> ours in the layer
+    ("attn_norm", "attn_norm"), ("attn_q", "attn.wq"), ("attn_k", "attn.wk"),
+    ("attn_v", "attn.wv"), ("attn_output", "attn.wo"), ("ffn_norm", "mlp_norm"),
+    ("ffn_gate", "mlp.w_gate"), ("ffn_up", "mlp.w_up"), ("ffn_down", "mlp.w_down"),
+)
+
+
+def open_gguf(path: str):
+    """A GGUFReader, or ValueError naming the file and what is wrong with it."""
+    from gguf import GGUFReader
+
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: no such file")
+    size = os.path.getsize(path)
+    try:
+        reader = GGUFReader(path)
+    except Exception as e:  # GGUFReader raises ValueError, IndexError, KeyError, ...
+        why = str(e) or type(e).__name__
+        if "is not a valid GGMLQuantizationType" in why:
+            raise ValueError(f"{path}: unknown GGUF tensor type ({why})") from None
+        raise ValueError(f"{path}: not a readable GGUF file, truncated or corrupt "
+                         f"({size} bytes; GGUFReader: {why})") from None
+    for t in reader.tensors:  # every tensor's bytes are inside the file
+        if t.data.nbytes != t.n_bytes:
+            raise ValueError(f"{path}: truncated: tensor '{t.name}' needs {t.n_bytes} bytes, "
+                             f"the file holds {t.data.nbytes}")
+    return reader
+
+
+def _field(reader, key: str, default=None):
+    f = reader.get_field(key)
+    if f is None:
+        return default
+    return f.contents()
+
+
+def _int(reader, src: str, key: str, default=None) -> int:
+    v = _field(reader, key, default)
+    if v is None:
+        raise ValueError(f"{src}: GGUF metadata '{key}' is missing")
+    if isinstance(v, list):
+        raise ValueError(f"{src}: GGUF metadata '{key}' is a per-layer list {v[:4]}...: "
+                         f"only one value for all layers is supported")
+    return int(v)
+
+
+def _refuse_metadata(reader, src: str, arch: str) -> None:
+    scaling = _field(reader, f"{arch}.rope.scaling.type")
+    if scaling not in (None, "none"):
+        raise ValueError(f"{src}: GGUF metadata '{arch}.rope.scaling.type' = {scaling!r}: "
+                         f"RoPE scaling is not supported")
+    factor = _field(reader, f"{arch}.rope.scaling.factor")
+    if factor not in (None, 0.0, 1.0):
+        raise ValueError(f"{src}: GGUF metadata '{arch}.rope.scaling.factor' = {factor}: "
+                         f"RoPE scaling is not supported")
+    if reader.get_field("rope_freqs.weight") is not None or any(
+            t.name == "rope_freqs.weight" for t in reader.tensors):
+        raise ValueError(f"{src}: tensor 'rope_freqs.weight' (Llama 3 RoPE scaling) is not "
+                         f"supported")
+    experts = _field(reader, f"{arch}.expert_count", 0)
+    if experts:
+        raise ValueError(f"{src}: GGUF metadata '{arch}.expert_count' = {experts}: mixture "
+                         f"of experts is not supported")
+
+
+def _tensor_job(src_name: str, shape: tuple, dst: str) -> Job:
+    def build(d):
+        t = d[src_name]
+        if t.tensor_type in QUANT_TYPES:
+            if is_quantizable(dst):
+                return repack(dst, t.tensor_type, t.data, shape[0], shape[1])
+            from gguf.quants import dequantize  # a quantized norm: exact in float32
+
+            return {dst: np.asarray(dequantize(t.data, t.tensor_type), np.float32).reshape(shape)}
+        return {dst: float_values(t.tensor_type, t.data, shape)}
+    return Job({src_name: shape}, build, label=dst)
+
+
+def _check_types(reader, src: str) -> None:
+    for t in reader.tensors:
+        if t.tensor_type not in FLOAT_TYPES + QUANT_TYPES:
+            raise ValueError(f"{src}: tensor '{t.name}' has type {t.tensor_type.name}; "
+                             f"supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1")
+
+
+def _tokenizer(reader, src: str):
+    """(tokenizer.json, chat template) from the GGUF metadata, through tinyloop.gguf_tokenizer
+    when it is there. A vocabulary it cannot express is reported, and the model is still
+    converted (token ids in and out), since the weights are fine."""
+    try:
+        from ..gguf_tokenizer import chat_template_from_gguf, tokenizer_json_from_gguf
+    except ImportError:
+        return None, _field(reader, "tokenizer.chat_template")
+    try:
+        tok = tokenizer_json_from_gguf(reader)
+    except ValueError as e:
+        print(f"tinyloop convert: {src}: tokenizer not embedded: {e}", file=sys.stderr)
+        tok = None
+    return tok, chat_template_from_gguf(reader)
+
+
+def plan_gguf(path) -> Plan:
+    src = os.fspath(path)
+    reader = open_gguf(src)
+    arch = _field(reader, "general.architecture")
+    if arch != "llama":
+        raise ValueError(f"{src}: GGUF architecture {arch!r} is not supported (only 'llama')")
+    _refuse_metadata(reader, src, arch)
+    _check_types(reader, src)
+    tensors = {t.name: t for t in reader.tensors}
+    shapes = {t.name: tuple(int(x) for x in reversed(t.shape.tolist())) for t in reader.tensors}
+    N = _int(reader, src, f"{arch}.block_count")
+    D = _int(reader, src, f"{arch}.embedding_length")
+    F = _int(reader, src, f"{arch}.feed_forward_length")
+    H = _int(reader, src, f"{arch}.attention.head_count")
+    KVH = _int(reader, src, f"{arch}.attention.head_count_kv", H)
+    hd = _int(reader, src, f"{arch}.attention.key_length", D // H if D % H == 0 else 0)
+    if hd <= 0 or _int(reader, src, f"{arch}.attention.value_length", hd) != hd:
+        raise ValueError(f"{src}: GGUF metadata '{arch}.attention.key_length' / value_length: "
+                         f"need one head size (embedding_length {D}, head_count {H})")
+    rope_dim = _int(reader, src, f"{arch}.rope.dimension_count", hd)
+    if rope_dim != hd:
+        raise ValueError(f"{src}: GGUF metadata '{arch}.rope.dimension_count' = {rope_dim}: "
+                         f"partial RoPE is not supported (head size {hd})")
+    if "token_embd.weight" not in shapes:
+        raise ValueError(f"{src}: tensor 'token_embd.weight' is missing")
+    V = _int(reader, src, f"{arch}.vocab_size", shapes["token_embd.weight"][0])
+    tied = "output.weight" not in shapes
+    eos = []
+    for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                "tokenizer.ggml.eom_token_id"):
+        v = _field(reader, key)
+        if v is not None and int(v) not in eos:
+            eos.append(int(v))
+    bos = _field(reader, "tokenizer.ggml.bos_token_id")
+    config = dict(
+        dim=D, vocab_size=V, n_heads=H, n_kv_heads=KVH, head_dim=hd, ffn_dim=F,
+        n_pre_blocks=N - 1, n_loop_layers=1, n_post_blocks=0, default_loops=1,
+        max_seq_len=_int(reader, src, f"{arch}.context_length", 2048),
+        norm_type="rmsnorm",
+        norm_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+        norm_placement="pre", pos_encoding="rope_interleaved",
+        rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)), mlp="swiglu",
+        final_norm=True, tie_embeddings=tied, bos_id=None if bos is None else int(bos),
+        eos_ids=eos)
+    dims = {"attn_norm": (D,), "attn_q": (H * hd, D), "attn_k": (KVH * hd, D),
+            "attn_v": (KVH * hd, D), "attn_output": (D, H * hd), "ffn_norm": (D,),
+            "ffn_gate": (F, D), "ffn_up": (F, D), "ffn_down": (D, F)}
+    jobs = [_tensor_job("token_embd.weight", (V, D), "embed.weight")]
+    for i in range(N):
+        layer = f"pre.{i}." if i < N - 1 else "loop.0."
+        for ggml, ours in _LAYER_TENSORS:
+            jobs.append(_tensor_job(f"blk.{i}.{ggml}.weight", dims[ggml], f"{layer}{ours}.weight"))
+    jobs.append(_tensor_job("output_norm.weight", (D,), "final_norm.weight"))
+    if not tied:
+        jobs.append(_tensor_job("output.weight", (V, D), "head.weight"))
+    tok, template = _tokenizer(reader, src)
+    return Plan(src=src, config=config, jobs=jobs, source_shapes=shapes,
+                load=lambda name: tensors[name], tokenizer_json=tok, chat_template=template)

@@ -1,0 +1,153 @@
+"""Huginn-0125 (`huginn_raven`, RavenForCausalLM) folders -> `.tinyloop`.
+
+From seal-rg/recurrent-pretraining raven_modeling_minimal.py (research/looped_models.md §1):
+
+    e = wte(ids) * sqrt(n_embd); prelude (SandwichBlocks); s0 = like-init random state
+    repeat: s = adapter(concat(s, e)); core_block layers      # inject = linear_concat
+    s = ln_f(s); coda; ln_f; lm_head                          # post_loop_norm = final
+    SandwichBlock: x = norm_2(x + attn(norm_1 x)); x = norm_4(x + mlp(norm_3 x))
+    attn: fused Wqkv (rows q|k|v), qk_bias [2, 1, H, hd] added to q and k before RoPE on
+          adjacent pairs (rope_interleaved), proj
+    mlp:  fc [2F, D] = gate rows then up rows; proj(silu(gate x) * up x)
+
+Names: transformer.{prelude,core_block,coda}.{i}.{norm_1..4, attn.Wqkv, attn.qk_bias,
+attn.proj, mlp.fc, mlp.proj}.weight, transformer.{wte,adapter,ln_f}.weight, lm_head.weight
+(a duplicate of wte when tied), freqs_cis (a RoPE table the engine recomputes).
+
+qk_bias becomes the fused wqkv bias with a zero v part. The random initial state keeps
+Huginn's distribution (truncated normal, std init_values.std * sqrt(n_embd), cut at 3
+std) but draws from the engine's counter-based generator (docs/model-format.md), not from
+torch's RNG, so it is not the same sample; `state_init: zero` (Huginn's init_scale = 0,
+the deterministic mode its authors compare with) maps to init_state zeros exactly.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .common import Job, Plan
+from .hf_folder import HFFolder, config_float, config_int
+from .hf_llama import copy_job
+
+__all__ = ["plan_huginn"]
+
+# Huginn config fields whose only supported value is the released model's.
+_FIXED = {
+    "injection_type": "linear",
+    "block_class_name": "SandwichBlock",
+    "mlp_class_name": "GatedMLP",
+    "nonlin_name": "SiLU",
+    "norm_class_name": "RMSNorm_llama",
+    "bias": False,
+}
+
+
+def _refuse(c: dict, src: str) -> None:
+    for key, want in _FIXED.items():
+        if key in c and c[key] != want:
+            raise ValueError(f"{src}: config field '{key}' = {c[key]!r} is not supported "
+                             f"(only {want!r})")
+    if c.get("test_time_noise", 0) not in (0, 0.0, None):
+        raise ValueError(f"{src}: config field 'test_time_noise' = {c['test_time_noise']!r} "
+                         f"is not supported (only 0)")
+    if c.get("rope_settings", {}).get("rope_condense_ratio", 1) != 1:
+        raise ValueError(f"{src}: config field 'rope_settings.rope_condense_ratio' is not "
+                         f"supported (only 1)")
+
+
+def _init_state(c: dict, src: str, D: int, embed_scale: float) -> dict:
+    kind = c.get("state_init", "like-init")
+    if kind == "zero":
+        return dict(init_state="zeros")
+    if kind != "like-init":
+        raise ValueError(f"{src}: config field 'state_init' = {kind!r} is not supported "
+                         f"(like-init or zero)")
+    iv = c.get("init_values") or {}
+    std = float(iv.get("std", math.sqrt(2.0 / (5.0 * D))))
+    # initialize_state: trunc_normal(std) * emb_scale
+    return dict(init_state="random", init_state_std=std * embed_scale, init_state_seed=0)
+
+
+def _qk_bias_job(hf: str, tl: str, H: int, hd: int) -> Job:
+    """qk_bias [2, 1, H, hd] -> wqkv.bias [(3H) hd]: q part, k part, zero v part."""
+    def build(d, name=hf + "attn.qk_bias"):
+        b = np.asarray(d[name], dtype=np.float32).reshape(2, H * hd)  # [2, H hd]
+        return {tl + "attn.wqkv.bias": np.concatenate([b[0], b[1], np.zeros(H * hd, np.float32)])}
+    return Job({hf + "attn.qk_bias": (2, 1, H, hd)}, build, label=tl + "attn.wqkv.bias")
+
+
+def _fc_job(hf: str, tl: str, D: int, F: int) -> Job:
+    """fc [2F, D] (gate rows, then up rows) -> w_gate [F, D], w_up [F, D]."""
+    def build(d, name=hf + "mlp.fc.weight"):
+        fc = d[name]  # [2F, D]
+        return {tl + "mlp.w_gate.weight": fc[:F], tl + "mlp.w_up.weight": fc[F:]}
+    return Job({hf + "mlp.fc.weight": (2 * F, D)}, build, label=tl + "mlp.fc")
+
+
+def _block_jobs(hf: str, tl: str, D: int, H: int, hd: int, F: int, qk_bias: bool) -> list[Job]:
+    jobs = [copy_job(hf + "norm_1.weight", (D,), tl + "attn_norm.weight"),
+            copy_job(hf + "norm_2.weight", (D,), tl + "attn_post_norm.weight"),
+            copy_job(hf + "norm_3.weight", (D,), tl + "mlp_norm.weight"),
+            copy_job(hf + "norm_4.weight", (D,), tl + "mlp_post_norm.weight"),
+            copy_job(hf + "attn.Wqkv.weight", (3 * H * hd, D), tl + "attn.wqkv.weight")]
+    if qk_bias:
+        jobs.append(_qk_bias_job(hf, tl, H, hd))
+    jobs += [copy_job(hf + "attn.proj.weight", (D, H * hd), tl + "attn.wo.weight"),
+             _fc_job(hf, tl, D, F),
+             copy_job(hf + "mlp.proj.weight", (D, F), tl + "mlp.w_down.weight")]
+    return jobs
+
+
+def plan_huginn(folder: HFFolder) -> Plan:
+    c, src = folder.config, folder.path
+    _refuse(c, src)
+    D = config_int(c, src, "n_embd", "hidden_size")
+    H = config_int(c, src, "num_attention_heads", "n_heads")
+    KVH = config_int(c, src, "num_key_value_heads", default=H)
+    if KVH != H:
+        # qk_bias [2, 1, H, hd] is added to k [.., KVH, hd]: only defined for KVH == H.
+        raise ValueError(f"{src}: config field 'num_key_value_heads' = {KVH}: Huginn "
+                         f"grouped-query attention is not supported (must equal {H})")
+    if D % H:
+        raise ValueError(f"{src}: n_embd {D} is not a multiple of num_attention_heads {H}")
+    hd = D // H  # the modeling code splits q as n_embd and views heads of n_embd / H
+    if c.get("head_dim") not in (None, hd):
+        raise ValueError(f"{src}: config field 'head_dim' = {c['head_dim']} differs from "
+                         f"n_embd / num_attention_heads = {hd}")
+    F = config_int(c, src, "intermediate_size")
+    V = config_int(c, src, "padded_vocab_size", "vocab_size")
+    n_pre = config_int(c, src, "n_layers_in_prelude")
+    n_loop = config_int(c, src, "n_layers_in_recurrent_block")
+    n_post = config_int(c, src, "n_layers_in_coda")
+    tied = bool(c.get("tie_embeddings", c.get("tie_word_embeddings", True)))
+    qk_bias = bool(c.get("qk_bias", False))
+    embed_scale = math.sqrt(D)  # _init_func: embed_scale = sqrt(n_embd), always
+    theta = c.get("rope_base", (c.get("rope_settings") or {}).get("rope_base", 50000.0))
+    config = dict(
+        dim=D, vocab_size=V, n_heads=H, n_kv_heads=H, head_dim=hd, ffn_dim=F,
+        n_pre_blocks=n_pre, n_loop_layers=n_loop, n_post_blocks=n_post,
+        default_loops=config_int(c, src, "mean_recurrence", default=32),
+        max_seq_len=config_int(c, src, "block_size", default=4096),
+        norm_type="rmsnorm", norm_eps=config_float(c, src, "norm_eps", 1e-6),
+        norm_placement="huginn_sandwich", qkv_fused=True, attn_qkv_bias=qk_bias,
+        pos_encoding="rope_interleaved", rope_theta=float(theta), mlp="swiglu",
+        embed_scale=embed_scale, inject="linear_concat", post_loop_norm="final",
+        final_norm=True, tie_embeddings=tied, bos_id=folder.bos_id(),
+        eos_ids=folder.eos_ids(), **_init_state(c, src, D, embed_scale))
+    jobs = [copy_job("transformer.wte.weight", (V, D), "embed.weight"),
+            copy_job("transformer.adapter.weight", (D, 2 * D), "inject.weight")]
+    for group, n, ours in (("prelude", n_pre, "pre"), ("core_block", n_loop, "loop"),
+                           ("coda", n_post, "post")):
+        for i in range(n):
+            jobs += _block_jobs(f"transformer.{group}.{i}.", f"{ours}.{i}.", D, H, hd, F, qk_bias)
+    jobs.append(copy_job("transformer.ln_f.weight", (D,), "final_norm.weight"))
+    ignored = {"freqs_cis"}
+    if tied:
+        ignored.add("lm_head.weight")  # the released checkpoint stores the tied copy twice
+    else:
+        jobs.append(copy_job("lm_head.weight", (V, D), "head.weight"))
+    folder.check_float(set(folder.shapes) - {"freqs_cis"})
+    return Plan(src=src, config=config, jobs=jobs, source_shapes=folder.shapes,
+                load=folder.load, ignored=ignored, tokenizer_json=folder.tokenizer_json(),
+                chat_template=folder.chat_template())

@@ -1,0 +1,89 @@
+"""Ouro (`ouro`, OuroForCausalLM) folders -> `.tinyloop`.
+
+From modeling_ouro.py (research/looped_models.md §2): the whole layer stack is the loop,
+run total_ut_steps times, with no re-injection, and the final norm applied after EVERY
+iteration (its output feeds the next one):
+
+    h = embed(ids)
+    repeat L: h = layers(h); h = norm(h)        # loop_norm = true, final_norm = false
+    logits = lm_head(h)
+    layer: h = h + input_layernorm_2(attn(input_layernorm h))
+           h = h + post_attention_layernorm_2(mlp(post_attention_layernorm h))
+    attn: q/k/v/o projections, HF rotate_half RoPE (rope_half); mlp: SwiGLU
+    early_exit_gate: Linear(D -> 1, bias) on each iteration's h  -> exit_gate
+
+Names: model.embed_tokens.weight, model.layers.{i}.self_attn.{q,k,v,o}_proj.weight,
+model.layers.{i}.mlp.{gate,up,down}_proj.weight, model.layers.{i}.{input_layernorm,
+input_layernorm_2, post_attention_layernorm, post_attention_layernorm_2}.weight,
+model.norm.weight, model.early_exit_gate.{weight,bias}, lm_head.weight.
+"""
+from __future__ import annotations
+
+from .common import Plan
+from .hf_folder import HFFolder, config_float, config_int
+from .hf_llama import attention_jobs, check_act, check_rope_scaling, copy_job, mlp_jobs, rope_theta
+
+__all__ = ["plan_ouro"]
+
+
+def _refuse(c: dict, src: str) -> None:
+    check_rope_scaling(c, src)
+    check_act(c, src)
+    if c.get("use_sliding_window"):
+        raise ValueError(f"{src}: config field 'use_sliding_window' = true: sliding-window "
+                         f"attention is not supported")
+    kinds = set(c.get("layer_types") or [])
+    if kinds - {"full_attention"}:
+        raise ValueError(f"{src}: config field 'layer_types' has {sorted(kinds - {'full_attention'})}: "
+                         f"only full_attention is supported")
+
+
+def plan_ouro(folder: HFFolder) -> Plan:
+    c, src = folder.config, folder.path
+    _refuse(c, src)
+    D = config_int(c, src, "hidden_size")
+    H = config_int(c, src, "num_attention_heads")
+    KVH = config_int(c, src, "num_key_value_heads", default=H)
+    hd = config_int(c, src, "head_dim", default=D // H if D % H == 0 else -1)
+    if hd <= 0:
+        raise ValueError(f"{src}: config field 'head_dim' is missing and hidden_size {D} is "
+                         f"not a multiple of num_attention_heads {H}")
+    F = config_int(c, src, "intermediate_size")
+    N = config_int(c, src, "num_hidden_layers")
+    V = config_int(c, src, "vocab_size")
+    tied = bool(c.get("tie_word_embeddings", False))
+    # Bias flags as in Qwen2-style configs; Ouro's released models have none.
+    qkv_bias = all(f"model.layers.0.self_attn.{p}_proj.bias" in folder.shapes for p in "qkv") \
+        if c.get("attention_bias") is None else bool(c["attention_bias"])
+    config = dict(
+        dim=D, vocab_size=V, n_heads=H, n_kv_heads=KVH, head_dim=hd, ffn_dim=F,
+        n_pre_blocks=0, n_loop_layers=N, n_post_blocks=0,
+        default_loops=config_int(c, src, "total_ut_steps", default=4),
+        max_seq_len=config_int(c, src, "max_position_embeddings", default=2048),
+        norm_type="rmsnorm", norm_eps=config_float(c, src, "rms_norm_eps", 1e-6),
+        norm_placement="ouro_sandwich", attn_qkv_bias=qkv_bias, pos_encoding="rope_half",
+        rope_theta=rope_theta(c, src), mlp="swiglu", loop_norm=True, final_norm=False,
+        exit_gate=True, tie_embeddings=tied, bos_id=folder.bos_id(), eos_ids=folder.eos_ids())
+    jobs = [copy_job("model.embed_tokens.weight", (V, D), "embed.weight")]
+    for i in range(N):
+        hf, tl = f"model.layers.{i}.", f"loop.{i}."
+        jobs += [copy_job(hf + "input_layernorm.weight", (D,), tl + "attn_norm.weight"),
+                 copy_job(hf + "input_layernorm_2.weight", (D,), tl + "attn_post_norm.weight"),
+                 copy_job(hf + "post_attention_layernorm.weight", (D,), tl + "mlp_norm.weight"),
+                 copy_job(hf + "post_attention_layernorm_2.weight", (D,),
+                          tl + "mlp_post_norm.weight")]
+        jobs += attention_jobs(hf + "self_attn.", tl, D, H, KVH, hd, qkv_bias, False)
+        jobs += mlp_jobs(hf + "mlp.", tl, D, F, False)
+    jobs += [copy_job("model.norm.weight", (D,), "loop_norm.weight"),
+             copy_job("model.early_exit_gate.weight", (1, D), "exit_gate.weight"),
+             copy_job("model.early_exit_gate.bias", (1,), "exit_gate.bias")]
+    ignored = set()
+    if tied:
+        ignored.add("lm_head.weight")
+    else:
+        jobs.append(copy_job("lm_head.weight", (V, D), "head.weight"))
+    ignored |= {n for n in folder.shapes if n.endswith("rotary_emb.inv_freq")}
+    folder.check_float(folder.shapes)
+    return Plan(src=src, config=config, jobs=jobs, source_shapes=folder.shapes,
+                load=folder.load, ignored=ignored, tokenizer_json=folder.tokenizer_json(),
+                chat_template=folder.chat_template())
