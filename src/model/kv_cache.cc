@@ -73,12 +73,35 @@ KvCache::KvCache(const KvCache& o, MemoryTracker* tracker)
 }
 
 void KvCache::set_shared_prefix(const KvCache* prefix) {
-  if (length_ != 0 || window_ != 0 || prefix->window() != 0 ||
+  // A window is fine when both segments apply the same one and the prefix never wrapped:
+  // attention then reads each prefix position from its own row (beam search with
+  // cache_window builds its prompt that way).
+  if (length_ != 0 || window_ != prefix->window() || prefix->length() > prefix->capacity() ||
       prefix->layout().count() != layout_.count() || prefix->dtype() != dtype_ ||
       prefix->n_kv_heads() != n_kv_heads_ || prefix->head_dim() != head_dim_)
     throw std::invalid_argument("set_shared_prefix: the prefix does not match this cache");
   shared_prefix_ = prefix;
   length_ = prefix->length();
+}
+
+void KvCache::assign_tail_from(const KvCache& src) {
+  if (&src == this) return;
+  if (!shared_prefix_ || src.shared_prefix_ != shared_prefix_ || src.capacity_ != capacity_ ||
+      src.row_bytes_ != row_bytes_ || src.slot_count() != slot_count())
+    throw std::logic_error("assign_tail_from: the caches are not tails of one shape over one prefix");
+  const int64_t first = shared_prefix_->length();
+  if (src.length_ - first > capacity_)
+    throw std::logic_error("assign_tail_from: the source tail has wrapped");
+  auto& from = const_cast<KvCache&>(src);  // k_data/v_data are not const; nothing is written
+  for (int64_t s = 0; s < slot_count(); ++s)
+    for (int64_t p = first; p < src.length_; ++p) {
+      const int64_t row = (p % capacity_) * row_bytes_;
+      std::memcpy(static_cast<uint8_t*>(k_data(s)) + row, static_cast<const uint8_t*>(from.k_data(s)) + row,
+                  row_bytes_);
+      std::memcpy(static_cast<uint8_t*>(v_data(s)) + row, static_cast<const uint8_t*>(from.v_data(s)) + row,
+                  row_bytes_);
+    }
+  length_ = src.length_;
 }
 
 void* KvCache::k_data(int64_t slot) { return data_.get() + slot * slot_bytes_; }

@@ -57,10 +57,16 @@ class KvCache {
   // Two-segment KV (prefix cache, runtime/prefix_cache.h): positions < prefix->length() are
   // read from `prefix`, which is shared and never written through this cache; this cache
   // holds only the later positions (rows p % capacity). Must be set while length() == 0 and
-  // sets length() to the prefix's. The prefix must have this cache's layout and dtype, no
-  // window, and outlive this cache. null (the default) = one segment, as everywhere else.
+  // sets length() to the prefix's. The prefix must have this cache's layout, dtype and
+  // window, hold every one of its positions (no ring wrap), and outlive this cache. null (the default) = one segment, as everywhere else.
   void set_shared_prefix(const KvCache* prefix);
   const KvCache* shared_prefix() const { return shared_prefix_; }
+  // Beam search (runtime/beam_search.h): make this tail a copy of `src`, another tail of the
+  // same shape over the same shared prefix, by copying only src's own rows (positions
+  // shared_prefix()->length() .. src.length() - 1) in every slot, and taking its length.
+  // Cheaper than clone(): no allocation, and the bytes copied grow with the generated
+  // tokens, not with the prompt.
+  void assign_tail_from(const KvCache& src);
 
   ops::KvView view(int64_t slot) const;
   void* k_data(int64_t slot);

@@ -1,0 +1,271 @@
+// Beam search over the looped model (see beam_search.h): the BeamModel that decodes each
+// live beam, and beam_generate().
+//
+// KV scheme: the prompt is prefilled once into `prefix_` (capacity = prompt length), which no
+// beam ever writes. Each live beam owns a tail KvCache (model::KvCache::set_shared_prefix)
+// holding only its generated tokens' K/V, max_tokens - 1 rows per slot, and attention reads
+// the prefix rows in place (ops::attention_segments). When several survivors share a parent,
+// the first takes over the parent's tail and the others get a copy of its rows
+// (KvCache::assign_tail_from) written into the tail of a beam that died, so a reorder
+// allocates nothing once beam_size tails exist and never copies the prompt.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "runtime/beam_search.h"
+#include "runtime/early_exit.h"
+#include "runtime/grammar_step.h"
+#include "runtime/sampler.h"
+
+namespace tinyloop::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+bool is_eos(const ModelConfig& c, int32_t id) {
+  return std::find(c.eos_ids.begin(), c.eos_ids.end(), int64_t{id}) != c.eos_ids.end();
+}
+
+// In place: logits[V] (float) -> log_softmax in double, out[V]. -inf stays -inf; a row with
+// nothing finite becomes -inf everywhere (the beam cannot continue).
+void log_softmax(const float* logits, int64_t V, double* out) {
+  constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+  double m = kNegInf;
+  for (int64_t v = 0; v < V; ++v)
+    if (!std::isnan(logits[v])) m = std::max(m, static_cast<double>(logits[v]));
+  if (m == kNegInf || std::isinf(m)) {  // all masked (or +inf: degenerate, keep argmax-like)
+    for (int64_t v = 0; v < V; ++v)
+      out[v] = (std::isinf(m) && m > 0 && logits[v] == m) ? 0.0 : kNegInf;
+    return;
+  }
+  double sum = 0;
+  for (int64_t v = 0; v < V; ++v)
+    if (!std::isnan(logits[v])) sum += std::exp(static_cast<double>(logits[v]) - m);
+  const double lse = m + std::log(sum);
+  for (int64_t v = 0; v < V; ++v)
+    out[v] = std::isnan(logits[v]) ? kNegInf : static_cast<double>(logits[v]) - lse;
+}
+
+class LoopedBeamModel : public BeamModel {
+ public:
+  LoopedBeamModel(const Engine& e, const GenerateRequest& req, int64_t loops, int64_t beam_size,
+                  BeamMemory& mem)
+      : e_(e), c_(e.config()), req_(req), loops_(loops), mem_(mem),
+        stops_(req.stop_sequences, c_.vocab_size), prompt_mark_(c_.vocab_size, 0) {
+    for (int32_t id : req.prompt)
+      if (!prompt_mark_[id]) {
+        prompt_mark_[id] = 1;
+        prompt_seen_.push_back(id);
+      }
+    const auto P = static_cast<int64_t>(req.prompt.size());
+    // Early exit's latest rule lives in cache slots, so it always decodes with a cache (as
+    // generate() does); otherwise TINYLOOP_DISABLE_KV_CACHE re-runs every beam's sequence.
+    cached_ = !e.kv_cache_disabled() || req.early_exit.enabled();
+    if (cached_) {
+      // Capacity P, never a ring: every beam reads each prompt position from its own row.
+      prefix_ = std::make_unique<model::KvCache>(c_, loops, P, req.cache_window, e.kv_dtype(),
+                                                 &e.model().memory());
+      e.model().forward(req.prompt.data(), P, *prefix_, model::LogitRows::Last, prompt_logits_, loops);
+      tail_rows_ = std::max<int64_t>(1, req.max_tokens - 1);  // the last token is never decoded
+      mem_.prefix_bytes = prefix_->bytes();
+      const int64_t per_row = prefix_->bytes() / P;  // one position, every slot, K and V
+      mem_.tail_bytes = per_row * tail_rows_;
+      const int64_t total = P + req.max_tokens, W = req.cache_window;
+      const int64_t naive_rows = (W > 0 && W + Engine::kRingSlack < total) ? W + Engine::kRingSlack : total;
+      mem_.naive_bytes = beam_size * per_row * naive_rows;
+      mem_.peak_bytes = mem_.prefix_bytes;
+    } else {
+      full_forward(req.prompt, prompt_logits_);
+    }
+    beams_.push_back(Beam{{}, GrammarCursor(req.grammar, c_), nullptr});
+  }
+
+  void log_probs(int64_t n, std::vector<double>& out) override {
+    const int64_t V = c_.vocab_size;
+    std::vector<float> logits;  // [V]
+    std::vector<int64_t> depths(static_cast<size_t>(n), loops_);
+    for (int64_t b = 0; b < n; ++b) {
+      Beam& beam = beams_[b];
+      if (beam.tokens.empty()) {
+        logits = prompt_logits_;  // the prefill never exits early
+      } else if (!cached_) {
+        std::vector<int32_t> seq = req_.prompt;
+        seq.insert(seq.end(), beam.tokens.begin(), beam.tokens.end());
+        full_forward(seq, logits);
+      } else if (req_.early_exit.enabled()) {
+        depths[b] = decode_step_early_exit(e_.model(), *beam.tail, beam.tokens.back(), loops_,
+                                           req_.early_exit, logits);
+      } else {
+        e_.model().forward(&beam.tokens.back(), 1, *beam.tail, model::LogitRows::Last, logits, loops_);
+      }
+      // Order (DESIGN.md section 4): repetition penalty -> grammar mask -> log-softmax.
+      apply_repetition_penalty(logits.data(), V, seen(beam), req_.sampling.repetition_penalty);
+      if (!beam.grammar.mask(logits.data()))  // a full match no token can extend: the beam ends
+        std::fill(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity());
+      log_softmax(logits.data(), V, out.data() + b * V);
+    }
+    depth_log_.push_back(std::move(depths));
+  }
+
+  bool ends(int64_t b, int32_t token) override {
+    const Beam& beam = beams_[b];
+    if (req_.stop_at_eos && is_eos(c_, token)) return true;
+    if (beam.grammar.active()) {
+      if (is_eos(c_, token)) return true;  // the mask allowed EOS: the output is a full match
+      GrammarCursor g = beam.grammar;
+      g.advance(token);
+      if (g.finished()) return true;  // the grammar admits no more bytes
+    }
+    if (!stops_.empty()) {
+      std::vector<int32_t> emitted = beam.tokens;
+      emitted.push_back(token);
+      if (stops_.matches(emitted)) return true;
+    }
+    return false;
+  }
+
+  void select(const std::vector<int64_t>& parent, const std::vector<int32_t>& token) override {
+    std::vector<Beam> next;
+    next.reserve(parent.size());
+    std::vector<int64_t> owner(beams_.size(), -1);  // old beam -> the child that took its tail
+    for (size_t i = 0; i < parent.size(); ++i) {
+      Beam& p = beams_[parent[i]];
+      Beam child{p.tokens, p.grammar, nullptr};
+      child.tokens.push_back(token[i]);
+      child.grammar.advance(token[i]);
+      if (owner[parent[i]] < 0) {
+        owner[parent[i]] = static_cast<int64_t>(i);
+        child.tail = std::move(p.tail);  // the first child continues in its parent's tail
+      }
+      next.push_back(std::move(child));
+    }
+    if (cached_) {
+      std::vector<std::unique_ptr<model::KvCache>> spare;  // tails of beams with no child
+      for (Beam& b : beams_)
+        if (b.tail) spare.push_back(std::move(b.tail));
+      for (size_t i = 0; i < next.size(); ++i) {
+        if (next[i].tail) continue;
+        const Beam& first = next[owner[parent[i]]];
+        std::unique_ptr<model::KvCache> t;
+        if (!spare.empty()) {
+          t = std::move(spare.back());
+          spare.pop_back();
+        } else {
+          t = new_tail();
+        }
+        if (first.tail) {
+          t->assign_tail_from(*first.tail);
+          mem_.tail_rows_copied += (first.tail->length() - prefix_->length()) * t->slot_count();
+        } else {
+          t->truncate(prefix_->length());  // the parent is the bare prompt
+        }
+        next[i].tail = std::move(t);
+      }
+      // Children of the bare prompt: the first one took a null tail.
+      for (Beam& b : next)
+        if (!b.tail) b.tail = new_tail();
+      int64_t live = 0;
+      for (const Beam& b : next) live += b.tail ? 1 : 0;
+      mem_.peak_tails = std::max(mem_.peak_tails, live + static_cast<int64_t>(spare.size()));
+      mem_.peak_bytes = std::max(mem_.peak_bytes, mem_.prefix_bytes + mem_.peak_tails * mem_.tail_bytes);
+    }
+    beams_ = std::move(next);
+  }
+
+  // Loop depth behind the log-probs row of live beam `beam` at step `step` (0-based).
+  int64_t depth(size_t step, int64_t beam) const { return depth_log_[step][beam]; }
+
+ private:
+  struct Beam {
+    std::vector<int32_t> tokens;          // generated so far; the last is not yet in `tail`
+    GrammarCursor grammar;                // the DFA state after `tokens`
+    std::unique_ptr<model::KvCache> tail; // K/V of tokens[0 .. n-2] (null: bare prompt / uncached)
+  };
+
+  std::unique_ptr<model::KvCache> new_tail() {
+    auto t = std::make_unique<model::KvCache>(c_, loops_, tail_rows_, req_.cache_window, e_.kv_dtype(),
+                                              &e_.model().memory());
+    t->set_shared_prefix(prefix_.get());
+    return t;
+  }
+
+  // Uncached reference path: the whole sequence through a fresh cache, last row's logits.
+  void full_forward(const std::vector<int32_t>& seq, std::vector<float>& logits) const {
+    const auto T = static_cast<int64_t>(seq.size());
+    model::KvCache kv(c_, loops_, T, req_.cache_window, e_.kv_dtype(), &e_.model().memory());
+    e_.model().forward(seq.data(), T, kv, model::LogitRows::Last, logits, loops_);
+  }
+
+  // The distinct ids of prompt + beam (the repetition penalty's set), prompt ids first.
+  const std::vector<int32_t>& seen(const Beam& beam) {
+    seen_ = prompt_seen_;
+    for (int32_t id : beam.tokens)
+      if (!prompt_mark_[id]) {
+        prompt_mark_[id] = 2;  // marked for this call only, cleared below
+        seen_.push_back(id);
+      }
+    for (size_t i = prompt_seen_.size(); i < seen_.size(); ++i) prompt_mark_[seen_[i]] = 0;
+    return seen_;
+  }
+
+  const Engine& e_;
+  const ModelConfig& c_;
+  const GenerateRequest& req_;
+  int64_t loops_;
+  BeamMemory& mem_;
+  StopMatcher stops_;
+  std::vector<uint8_t> prompt_mark_;       // [V] 1 = in the prompt
+  std::vector<int32_t> prompt_seen_, seen_;
+  bool cached_ = true;
+  int64_t tail_rows_ = 1;
+  std::unique_ptr<model::KvCache> prefix_;  // the prompt's K/V, read-only once prefilled
+  std::vector<float> prompt_logits_;        // [V] after the prompt
+  std::vector<Beam> beams_;
+  std::vector<std::vector<int64_t>> depth_log_;  // [step][beam] loop depth of each row
+};
+
+}  // namespace
+
+GenerateResult beam_generate(const Engine& engine, const GenerateRequest& req_in, const BeamParams& p,
+                             const TokenCallback& on_token, BeamMemory* memory) {
+  if (!p.active()) throw std::invalid_argument("beam_generate: beam_size must be >= 2");
+  // Beam search is deterministic: temperature / top_k / top_p / seed are ignored, so they are
+  // not validated either (as top_k under greedy decoding).
+  GenerateRequest req = req_in;
+  req.sampling.temperature = 0.0f;
+  validate(engine, req);
+  validate(p);
+  const int64_t loops = engine.resolve_loops(req.loops);
+  const auto t0 = Clock::now();
+
+  BeamMemory mem;
+  LoopedBeamModel m(engine, req, loops, p.beam_size, mem);
+  GenerateResult res;
+  res.prefill_ms = ms_since(t0);
+  const BeamSearchResult r = beam_search_core(m, engine.config().vocab_size, req.max_tokens, p);
+
+  // Stream the winner (the search cannot know it before the end).
+  res.tokens = req.prompt;
+  for (size_t i = 0; i < r.tokens.size(); ++i) {
+    res.tokens.push_back(r.tokens[i]);
+    res.loops_per_token.push_back(m.depth(i, r.history[i]));
+    const bool keep_going = on_token ? on_token(r.tokens[i]) : true;
+    if (i == 0) res.first_token_ms = ms_since(t0);
+    if (!keep_going) break;
+  }
+  res.tokens_emitted = static_cast<int64_t>(res.tokens.size() - req.prompt.size());
+  if (res.tokens_emitted == 0) res.first_token_ms = ms_since(t0);
+  res.decode_steady_ms = ms_since(t0) - res.first_token_ms;
+  if (memory) *memory = mem;
+  return res;
+}
+
+}  // namespace tinyloop::runtime
