@@ -1,12 +1,17 @@
-// SIMD attention over one KV slot (F32 or F16 storage), same contract as ops::attention.
+// SIMD attention over one KV slot, or over two (a shared prefix slot for positions < split,
+// a tail slot for the rest: the prefix cache), F32 or F16 storage; same contracts as
+// ops::attention and ops::attention_segments. One routine serves both: the one-slot call is
+// the two-slot call with split = 0, and the segment boundary only decides which slot a
+// position's row is read from, so a window split across two slots gets exactly the
+// arithmetic of the same window in one slot (bit-identical, which the prefix cache needs).
 //
 // A task is one (query row t, kv head g) pair: the query heads of g's group attend to the
 // keys k_lo[t] .. q_pos[t]. Per query head the arithmetic is fixed by its own window:
 //   score[p] = SumOfLanes(sum over head_dim chunks of MulAdd(q, widen(K[p]))) * scale
 //   w[p] = Exp(score[p] - max) (vector exp, ~1 ulp), sum = lane-wise sum then SumOfLanes
 //   out = (sum over p in order of MulAdd(w[p], widen(V[p]))) * (1 / sum)
-// so a row's result does not depend on T or on the other rows (batch invariance), and
-// tasks may run on any thread.
+// so a row's result does not depend on T or on the other rows (batch invariance), nor on
+// where the window is split between slots, and tasks may run on any thread.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -30,7 +35,9 @@ namespace tinyloop::cpu::detail {
 struct AttnArgs {
   const float* q;  // [T, n_heads, head_dim]
   int64_t T, n_heads;
-  ops::KvView kv;  // k, v: [capacity, n_kv_heads, head_dim]
+  ops::KvView prefix;  // k, v: [capacity, n_kv_heads, head_dim]; positions < split
+  int64_t split;       // 0: every position is in `tail` (one-slot attention)
+  ops::KvView tail;    // k, v: [capacity, n_kv_heads, head_dim]; positions >= split
   const int64_t* q_pos;  // [T]
   const int64_t* k_lo;   // [T]
   float* out;            // [T, n_heads, head_dim]
@@ -50,29 +57,42 @@ HWY_INLINE hn::Vec<DF> LoadChunk(DF df, const KT* row, int64_t c, int64_t hd) {
   return c + L <= hd ? LoadF32(df, row + c) : LoadF32Tail(df, row + c, size_t(hd - c));
 }
 
-// o[c0 .. c0 + NV*L) of one query head = inv * sum_p w[p] * V[p] (the valid part only).
-//   vbase  [capacity, n_kv, hd] of KT, row r of kv head g at vbase + (r * n_kv + g) * hd
-//   w      [n] softmax numerators for window positions lo .. lo + n - 1
+// The part of a window that lies in one slot: positions lo .. lo + n - 1, row p % cap.
+template <typename KT>
+struct Seg {
+  const KT* k;  // [cap, n_kv, hd]
+  const KT* v;  // [cap, n_kv, hd]
+  int64_t cap, lo, n;
+};
+
+// o[c0 .. c0 + NV*L) of one query head = inv * sum_p w[p] * V[p] (the valid part only), p
+// over the window's segments in position order, one set of accumulators throughout.
+//   seg    [n_seg] window parts, each V row r of kv head g at v + (r * n_kv + g) * hd
+//   w      [sum of seg n] softmax numerators in window order
 //   o      [hd] output row
 template <int NV, typename KT>
-HWY_INLINE void WeightedV(const KT* vbase, int64_t cap, int64_t n_kv, int64_t g, int64_t hd,
-                          int64_t lo, int64_t n, const float* w, float inv, int64_t c0,
-                          float* o) {
+HWY_INLINE void WeightedV(const Seg<KT>* seg, int n_seg, int64_t n_kv, int64_t g, int64_t hd,
+                          const float* w, float inv, int64_t c0, float* o) {
   static_assert(NV >= 1 && NV <= 4, "up to 4 vectors per pass");
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const int64_t L = int64_t(hn::Lanes(df));
   // Named accumulators, not an array: GCC 12 keeps an array of vectors in memory.
   V acc0 = hn::Zero(df), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-  int64_t r = lo % cap;  // ring row of position lo + p, advanced without a division
-  for (int64_t p = 0; p < n; ++p) {
-    const KT* vr = vbase + (r * n_kv + g) * hd + c0;  // [hd - c0] from chunk c0 on
-    const V wv = hn::Set(df, w[p]);
-    acc0 = hn::MulAdd(wv, LoadChunk(df, vr, 0, hd - c0), acc0);
-    if constexpr (NV > 1) acc1 = hn::MulAdd(wv, LoadChunk(df, vr, L, hd - c0), acc1);
-    if constexpr (NV > 2) acc2 = hn::MulAdd(wv, LoadChunk(df, vr, 2 * L, hd - c0), acc2);
-    if constexpr (NV > 3) acc3 = hn::MulAdd(wv, LoadChunk(df, vr, 3 * L, hd - c0), acc3);
-    if (++r == cap) r = 0;
+  for (int s = 0; s < n_seg; ++s) {
+    const KT* vbase = seg[s].v;
+    const int64_t cap = seg[s].cap, n = seg[s].n;
+    int64_t r = seg[s].lo % cap;  // ring row of position lo + p, advanced without a division
+    for (int64_t p = 0; p < n; ++p) {
+      const KT* vr = vbase + (r * n_kv + g) * hd + c0;  // [hd - c0] from chunk c0 on
+      const V wv = hn::Set(df, w[p]);
+      acc0 = hn::MulAdd(wv, LoadChunk(df, vr, 0, hd - c0), acc0);
+      if constexpr (NV > 1) acc1 = hn::MulAdd(wv, LoadChunk(df, vr, L, hd - c0), acc1);
+      if constexpr (NV > 2) acc2 = hn::MulAdd(wv, LoadChunk(df, vr, 2 * L, hd - c0), acc2);
+      if constexpr (NV > 3) acc3 = hn::MulAdd(wv, LoadChunk(df, vr, 3 * L, hd - c0), acc3);
+      if (++r == cap) r = 0;
+    }
+    w += n;
   }
   const V iv = hn::Set(df, inv);
   const V res[4] = {hn::Mul(acc0, iv), hn::Mul(acc1, iv), hn::Mul(acc2, iv), hn::Mul(acc3, iv)};
@@ -131,15 +151,26 @@ HWY_NOINLINE void AttendGroupT(const detail::AttnArgs& a, int64_t t, int64_t g) 
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const int64_t L = int64_t(hn::Lanes(df));
-  const ops::KvView& kv = a.kv;
-  const int64_t hd = kv.head_dim, n_kv = kv.n_kv_heads, cap = kv.capacity;
+  const int64_t hd = a.tail.head_dim, n_kv = a.tail.n_kv_heads;
   const int64_t group = a.n_heads / n_kv;
   float* og = a.out + (t * a.n_heads + g * group) * hd;  // [group, hd]
-  const int64_t lo = a.k_lo[t], n = a.q_pos[t] - lo + 1;
+  const int64_t lo = a.k_lo[t], hi = a.q_pos[t], n = hi - lo + 1;
   if (n <= 0) {
     std::fill(og, og + group * hd, 0.f);
     return;
   }
+  // The window lo .. hi split at a.split: [lo, split) from the prefix slot, the rest from
+  // the tail slot. Each part must fit its slot (no wrapped-away rows).
+  Seg<KT> seg[2];
+  int n_seg = 0;
+  const int64_t n_pre = std::clamp<int64_t>(a.split - lo, 0, n);
+  if (n_pre > 0)
+    seg[n_seg++] = {static_cast<const KT*>(a.prefix.k), static_cast<const KT*>(a.prefix.v),
+                    a.prefix.capacity, lo, n_pre};
+  if (n_pre < n)
+    seg[n_seg++] = {static_cast<const KT*>(a.tail.k), static_cast<const KT*>(a.tail.v),
+                    a.tail.capacity, lo + n_pre, n - n_pre};
+
   const float scale = float(1.0 / std::sqrt(double(hd)));
   const int64_t hdp = (hd + L - 1) / L * L;  // hd padded to whole vectors
   const int64_t np = (n + L - 1) / L * L;    // window padded to whole vectors
@@ -156,18 +187,22 @@ HWY_NOINLINE void AttendGroupT(const detail::AttnArgs& a, int64_t t, int64_t g) 
     std::fill(sc + j * np + n, sc + (j + 1) * np, -std::numeric_limits<float>::infinity());
   }
 
-  // Scores: one pass over the window's K rows, each used by every head of the group.
-  const KT* kbase = static_cast<const KT*>(kv.k);
-  switch (hdp / L) {  // unrolled for rows of up to 4 vectors (head_dim 64 on AVX-512)
-    case 1: QkScores<1>(kbase, cap, n_kv, g, hd, hdp, lo, n, qp, group, scale, sc, np); break;
-    case 2: QkScores<2>(kbase, cap, n_kv, g, hd, hdp, lo, n, qp, group, scale, sc, np); break;
-    case 3: QkScores<3>(kbase, cap, n_kv, g, hd, hdp, lo, n, qp, group, scale, sc, np); break;
-    case 4: QkScores<4>(kbase, cap, n_kv, g, hd, hdp, lo, n, qp, group, scale, sc, np); break;
-    default: QkScores<0>(kbase, cap, n_kv, g, hd, hdp, lo, n, qp, group, scale, sc, np); break;
+  // Scores: one pass over each segment's K rows, each row used by every head of the group;
+  // a score depends only on its own q and K row, so the segments just fill their columns.
+  for (int s = 0, off = 0; s < n_seg; off += int(seg[s].n), ++s) {
+    const KT* kbase = seg[s].k;
+    const int64_t cap = seg[s].cap, slo = seg[s].lo, sn = seg[s].n;
+    float* ss = sc + off;  // [group, np] from column off
+    switch (hdp / L) {  // unrolled for rows of up to 4 vectors (head_dim 64 on AVX-512)
+      case 1: QkScores<1>(kbase, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
+      case 2: QkScores<2>(kbase, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
+      case 3: QkScores<3>(kbase, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
+      case 4: QkScores<4>(kbase, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
+      default: QkScores<0>(kbase, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
+    }
   }
 
-  // Softmax numerators per head; the -inf padding exps to exactly 0.
-  const KT* vbase = static_cast<const KT*>(kv.v);
+  // Softmax numerators per head over the whole window; the -inf padding exps to exactly 0.
   for (int64_t j = 0; j < group; ++j) {
     float* s = sc + j * np;  // [np]
     V mx = hn::LoadU(df, s);
@@ -183,10 +218,10 @@ HWY_NOINLINE void AttendGroupT(const detail::AttnArgs& a, int64_t t, int64_t g) 
     float* o = og + j * hd;  // [hd]
     for (int64_t c0 = 0; c0 < hd; c0 += 4 * L) {
       switch (std::min<int64_t>(4, (hd - c0 + L - 1) / L)) {
-        case 1: WeightedV<1>(vbase, cap, n_kv, g, hd, lo, n, s, inv, c0, o); break;
-        case 2: WeightedV<2>(vbase, cap, n_kv, g, hd, lo, n, s, inv, c0, o); break;
-        case 3: WeightedV<3>(vbase, cap, n_kv, g, hd, lo, n, s, inv, c0, o); break;
-        default: WeightedV<4>(vbase, cap, n_kv, g, hd, lo, n, s, inv, c0, o); break;
+        case 1: WeightedV<1>(seg, n_seg, n_kv, g, hd, s, inv, c0, o); break;
+        case 2: WeightedV<2>(seg, n_seg, n_kv, g, hd, s, inv, c0, o); break;
+        case 3: WeightedV<3>(seg, n_seg, n_kv, g, hd, s, inv, c0, o); break;
+        default: WeightedV<4>(seg, n_seg, n_kv, g, hd, s, inv, c0, o); break;
       }
     }
   }
@@ -211,7 +246,7 @@ void FloatToHalfN(const float* HWY_RESTRICT src, int64_t n, uint16_t* HWY_RESTRI
 }
 
 void AttendGroup(const detail::AttnArgs& a, int64_t t, int64_t g) {
-  if (a.kv.dtype == ops::KvDType::F16)
+  if (a.tail.dtype == ops::KvDType::F16)
     AttendGroupT<hwy::float16_t>(a, t, g);
   else
     AttendGroupT<float>(a, t, g);
@@ -244,13 +279,19 @@ void kv_write(ops::KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_
 }
 
 // q [T, n_heads, head_dim], q_pos [T], k_lo [T], out [T, n_heads, head_dim].
+void attention_segments(const float* q, int64_t T, int64_t n_heads, const ops::KvView& prefix,
+                        int64_t split, const ops::KvView& tail, const int64_t* q_pos,
+                        const int64_t* k_lo, float* out) {
+  if (T <= 0) return;
+  const detail::AttnArgs a{q, T, n_heads, prefix, split, tail, q_pos, k_lo, out};
+  const auto fn = HWY_DYNAMIC_DISPATCH(AttendGroup);
+  const int64_t n_kv = tail.n_kv_heads;
+  parallel_for(T * n_kv, [&](int64_t i) { fn(a, i / n_kv, i % n_kv); });
+}
+
 void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,
                const int64_t* q_pos, const int64_t* k_lo, float* out) {
-  if (T <= 0) return;
-  const detail::AttnArgs a{q, T, n_heads, kv, q_pos, k_lo, out};
-  const auto fn = HWY_DYNAMIC_DISPATCH(AttendGroup);
-  const int64_t n_kv = kv.n_kv_heads;
-  parallel_for(T * n_kv, [&](int64_t i) { fn(a, i / n_kv, i % n_kv); });
+  attention_segments(q, T, n_heads, kv, 0, kv, q_pos, k_lo, out);  // split 0: all in kv
 }
 }  // namespace tinyloop::cpu
 #endif

@@ -1,6 +1,7 @@
 // cpu::attention against the scalar reference (ops::ref::attention), on every compiled
 // target: MHA and GQA, odd head_dim (vector tails), F16 and F32 KV, ring slots, sliding
-// windows, empty windows; and batch / thread invariance bit for bit.
+// windows, empty windows; batch / thread invariance bit for bit; and the two-slot
+// cpu::attention_segments bit for bit against one slot.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,7 +28,10 @@ struct Slot {
   std::vector<float> kf, vf;     // [capacity, n_kv, hd] when F32
   std::vector<uint16_t> kh, vh;  // [capacity, n_kv, hd] when F16
 
-  Slot(ops::KvDType dt, int64_t cap, int64_t nkv, int64_t d, int64_t n_pos, uint32_t seed)
+  // Positions first .. n_pos-1 of the sequence that `seed` defines are written (first > 0:
+  // the tail slot of a prefix cache, which never holds the earlier positions).
+  Slot(ops::KvDType dt, int64_t cap, int64_t nkv, int64_t d, int64_t n_pos, uint32_t seed,
+       int64_t first = 0)
       : dtype(dt), capacity(cap), n_kv(nkv), hd(d) {
     const size_t n = size_t(cap * nkv * d);
     kf.assign(n, NAN);  // never-written rows are nan: reading one would show
@@ -38,7 +42,9 @@ struct Slot {
     for (int64_t p = 0; p < n_pos; ++p) pos[size_t(p)] = p;
     const auto kr = random_floats(size_t(n_pos * nkv * d), seed, -2.f, 2.f);
     const auto vr = random_floats(size_t(n_pos * nkv * d), seed + 1);
-    ops::ref::kv_write(dt, k(), v(), cap, nkv, d, kr.data(), vr.data(), pos.data(), n_pos);
+    const int64_t off = first * nkv * d;
+    ops::ref::kv_write(dt, k(), v(), cap, nkv, d, kr.data() + off, vr.data() + off,
+                       pos.data() + first, n_pos - first);
   }
   void* k() { return dtype == ops::KvDType::F32 ? (void*)kf.data() : (void*)kh.data(); }
   void* v() { return dtype == ops::KvDType::F32 ? (void*)vf.data() : (void*)vh.data(); }
@@ -160,6 +166,37 @@ TEST_P(CpuAttention, BatchAndThreadInvariant) {
       }
       set_num_threads(before);
     }
+  });
+}
+
+// Two slots (a prefix for positions < P, a tail ring for the rest) give bit for bit what one
+// slot holding the same rows gives, on every target: windows wholly in either slot or
+// across the boundary, odd head_dim, GQA. Never-written rows are nan, so a position read
+// from the wrong slot shows.
+TEST_P(CpuAttention, TwoSegmentsBitIdenticalToOneSlot) {
+  testing::for_each_target([&] {
+    uint32_t seed = 101;
+    const int64_t N = 37;  // positions 0 .. 36
+    for (int64_t hd : {1, 5, 17, 64, 80, 130})
+      for (auto [n_heads, n_kv] : {std::pair<int64_t, int64_t>{4, 4}, {6, 2}})
+        for (int64_t P : {1, 13, 33, 36}) {
+          seed += 2;
+          Slot whole(GetParam(), N, n_kv, hd, N, seed);
+          Slot pre(GetParam(), P, n_kv, hd, P, seed);
+          Slot tail(GetParam(), N - P + 3, n_kv, hd, N, seed, P);  // ring rows p % (N-P+3)
+          for (int64_t window : {0, 5}) {
+            const Queries qs = causal_chunk(30, 7, n_heads, hd, window, seed + 1);
+            const int64_t T = qs.T();
+            std::vector<float> one(size_t(T * n_heads * hd), NAN), two(one.size(), NAN);
+            cpu::attention(qs.q.data(), T, n_heads, whole.view(), qs.q_pos.data(), qs.k_lo.data(), one.data());
+            // Queries before P (P = 33, 36) read only the prefix slot: allowed as well.
+            cpu::attention_segments(qs.q.data(), T, n_heads, pre.view(), P, tail.view(),
+                                    qs.q_pos.data(), qs.k_lo.data(), two.data());
+            for (size_t i = 0; i < one.size(); ++i)
+              ASSERT_EQ(one[i], two[i]) << "hd=" << hd << " P=" << P << " window=" << window << " i=" << i;
+          }
+          if (HasFatalFailure()) return;
+        }
   });
 }
 

@@ -29,6 +29,13 @@ void matmul(const float* x, int64_t T, const ops::WeightView& w, const float* bi
 void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,
                const int64_t* q_pos, const int64_t* k_lo, float* out);
 
+// Causal attention over a prefix slot (positions < split) + a tail slot, same contract as
+// ops::attention_segments; bit-identical to cpu::attention over one slot holding the same
+// rows (attention() is this with split = 0).
+void attention_segments(const float* q, int64_t T, int64_t n_heads, const ops::KvView& prefix,
+                        int64_t split, const ops::KvView& tail, const int64_t* q_pos,
+                        const int64_t* k_lo, float* out);
+
 // Writes K/V rows into a slot (F16: hardware conversion), same contract as ops::kv_write.
 void kv_write(ops::KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
               int64_t head_dim, const float* k_rows, const float* v_rows, const int64_t* pos,

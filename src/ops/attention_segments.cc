@@ -1,4 +1,6 @@
-// Two-segment causal attention (see attention_segments.h).
+// Two-segment causal attention (see attention_segments.h): the dispatch, and the scalar
+// version (the SIMD one is cpu::attention_segments in src/cpu/attention.cc, which also serves
+// one-slot attention).
 //
 // Why not an online-softmax merge (max/sum per segment, rescaled at the join)? The rescale
 // multiplies the first segment's partial sums by exp(m1 - m), which rounds differently from
@@ -12,8 +14,10 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
+#include "cpu/kernels.h"
 #include "ops/convert_inl.h"
 
 namespace tinyloop::ops {
@@ -47,7 +51,7 @@ inline float dot(const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
-void attention_segments(const float* q, int64_t T, int64_t n_heads, const KvView& prefix,
+void ref::attention_segments(const float* q, int64_t T, int64_t n_heads, const KvView& prefix,
                         int64_t split, const KvView& tail, const int64_t* q_pos,
                         const int64_t* k_lo, float* out) {
   assert(prefix.dtype == tail.dtype && prefix.n_kv_heads == tail.n_kv_heads &&
@@ -113,6 +117,19 @@ void attention_segments(const float* q, int64_t T, int64_t n_heads, const KvView
       }
     }
   }
+}
+
+void attention_segments(const float* q, int64_t T, int64_t n_heads, const KvView& prefix,
+                        int64_t split, const KvView& tail, const int64_t* q_pos,
+                        const int64_t* k_lo, float* out) {
+  assert(prefix.dtype == tail.dtype && prefix.n_kv_heads == tail.n_kv_heads &&
+         prefix.head_dim == tail.head_dim);
+  // Both versions read F32 and F16 rows only; another storage mode must not be misread.
+  if (tail.dtype != KvDType::F32 && tail.dtype != KvDType::F16)
+    throw std::invalid_argument("attention_segments (prefix cache): this KV storage mode is not supported yet");
+  if (force_scalar())
+    return ref::attention_segments(q, T, n_heads, prefix, split, tail, q_pos, k_lo, out);
+  cpu::attention_segments(q, T, n_heads, prefix, split, tail, q_pos, k_lo, out);
 }
 
 }  // namespace tinyloop::ops

@@ -15,12 +15,20 @@ namespace tinyloop::ops {
 // Both views must share dtype, n_kv_heads and head_dim.
 //   q   [T, n_heads, head_dim]   (RoPE already applied)
 //   out [T, n_heads, head_dim]
-// Query t attends to k_lo[t] .. q_pos[t]. The keys are visited in position order with the
-// arithmetic of the scalar reference (ops/reference.h), so the result is bit-identical to
-// ref::attention over one slot holding the same rows (and within float rounding of the
-// SIMD ops::attention). Always scalar: it does not depend on TINYLOOP_FORCE_SCALAR.
+// Query t attends to k_lo[t] .. q_pos[t]. Dispatched like ops::attention: the SIMD kernel
+// (cpu::attention_segments, the same routine as cpu::attention) unless TINYLOOP_FORCE_SCALAR,
+// then ref::attention_segments. Either way the result is bit-identical to ops::attention
+// over one slot holding the same rows (the boundary only picks the buffer a row comes from).
 void attention_segments(const float* q, int64_t T, int64_t n_heads, const KvView& prefix,
                         int64_t split, const KvView& tail, const int64_t* q_pos,
                         const int64_t* k_lo, float* out);
+
+namespace ref {
+// The scalar version: keys visited in position order with the arithmetic of the scalar
+// reference (ops/reference.h), so bit-identical to ref::attention over one slot.
+void attention_segments(const float* q, int64_t T, int64_t n_heads, const KvView& prefix,
+                        int64_t split, const KvView& tail, const int64_t* q_pos,
+                        const int64_t* k_lo, float* out);
+}  // namespace ref
 
 }  // namespace tinyloop::ops

@@ -1,9 +1,11 @@
-// attention_segments over a prefix slot + a tail slot against the scalar reference over one
-// slot holding the same rows: bit-identical, on odd sizes, GQA, F32 and F16 storage.
+// attention_segments over a prefix slot + a tail slot against attention over one slot holding
+// the same rows: bit-identical (scalar vs scalar, dispatched vs dispatched), on odd sizes,
+// GQA, F32 and F16 storage. The SIMD kernel per Highway target: src/cpu/attention_test.cc.
 #include "ops/attention_segments.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -57,17 +59,22 @@ void check(const Case& c) {
   // Causal queries at P .. N-1, one with a window starting inside the prefix (k_lo > 0).
   std::vector<int64_t> qpos(pos.begin() + c.P, pos.end()), klo(size_t(c.S), 0);  // [S]
   if (c.S > 1) klo[1] = c.P / 2;
+  // The scalar two-segment version against the scalar reference over one slot.
   std::vector<float> want(q.size()), got(q.size(), -1.f);  // [S, n_heads, hd]
   ref::attention(q.data(), c.S, c.n_heads, whole.view, qpos.data(), klo.data(), want.data());
-  attention_segments(q.data(), c.S, c.n_heads, pre.view, c.P, tail.view, qpos.data(),
-                     klo.data(), got.data());
+  ref::attention_segments(q.data(), c.S, c.n_heads, pre.view, c.P, tail.view, qpos.data(),
+                          klo.data(), got.data());
   ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-      << "P=" << c.P << " S=" << c.S << " hd=" << c.hd;
+      << "scalar P=" << c.P << " S=" << c.S << " hd=" << c.hd;
 
-  // And within float rounding of the dispatched (SIMD) kernel.
-  std::vector<float> simd(q.size());
-  attention(q.data(), c.S, c.n_heads, whole.view, qpos.data(), klo.data(), simd.data());
-  for (size_t i = 0; i < simd.size(); ++i) EXPECT_NEAR(simd[i], got[i], 1e-5f) << i;
+  // The dispatched ops against each other (the SIMD kernel, or the scalar one under
+  // TINYLOOP_FORCE_SCALAR=1, the ops_test.scalar_reference run): bit-identical too.
+  std::vector<float> one(q.size()), two(q.size(), -1.f);  // [S, n_heads, hd]
+  attention(q.data(), c.S, c.n_heads, whole.view, qpos.data(), klo.data(), one.data());
+  attention_segments(q.data(), c.S, c.n_heads, pre.view, c.P, tail.view, qpos.data(),
+                     klo.data(), two.data());
+  ASSERT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float)))
+      << "dispatched P=" << c.P << " S=" << c.S << " hd=" << c.hd;
 }
 
 TEST(AttentionSegments, MatchesSingleSlotF32OddSizes) {
@@ -86,6 +93,9 @@ TEST(AttentionSegments, EmptyWindowGivesZeros) {
   std::vector<float> q(10, 1.f), out(10, 7.f);  // [1, 2, 5]
   const int64_t qp = 3, lo = 4;
   attention_segments(q.data(), 1, 2, pre.view, 3, tail.view, &qp, &lo, out.data());
+  for (float x : out) EXPECT_EQ(x, 0.f);
+  std::fill(out.begin(), out.end(), 7.f);
+  ref::attention_segments(q.data(), 1, 2, pre.view, 3, tail.view, &qp, &lo, out.data());
   for (float x : out) EXPECT_EQ(x, 0.f);
 }
 
