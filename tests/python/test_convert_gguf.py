@@ -38,7 +38,8 @@ def _shapes(m):
 
 
 def write_gguf(path, linear=Q.F32, embed=None, head=None, *, arch="llama", seed=0,
-               skip=(), extra=(), bad_shape=None, meta_extra=None, huge=None, m=META):
+               skip=(), extra=(), bad_shape=None, meta_extra=None, huge=None, m=META,
+               tokenizer_model=None):
     """A random tiny llama GGUF. linear/embed/head: GGML types (head None: tied).
     Returns {GGUF name: float32 dequantized values as llama.cpp sees them}."""
     rng = np.random.default_rng(seed)
@@ -54,6 +55,13 @@ def write_gguf(path, linear=Q.F32, embed=None, head=None, *, arch="llama", seed=
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_chat_template("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    if tokenizer_model is not None:
+        tokens, types, merges = tiny_vocab(m["vocab"])
+        w.add_tokenizer_model(tokenizer_model)
+        w.add_tokenizer_pre("gpt-2")
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.add_token_merges(merges)
     for key, (kind, val) in (meta_extra or {}).items():
         getattr(w, f"add_{kind}")(key, val)
     deq = {}
@@ -92,6 +100,17 @@ def write_gguf(path, linear=Q.F32, embed=None, head=None, *, arch="llama", seed=
     w.write_tensors_to_file()
     w.close()
     return deq
+
+
+def tiny_vocab(V):
+    """A byte-level BPE vocabulary of V tokens: 3 control tokens, letters, 'Ġ' (the space),
+    the merges of 'hello', and filler tokens."""
+    merges = ["h e", "l l", "ll o", "he llo"]
+    tokens = ["<unk>", "<s>", "</s>"] + [chr(c) for c in range(ord("a"), ord("z") + 1)] + \
+        ["\u0120", "he", "ll", "llo", "hello"]
+    tokens += [f"x{i}" for i in range(V - len(tokens))]
+    types = [3, 3, 3] + [1] * (V - 3)
+    return tokens, types, merges
 
 
 def _our_name(gguf_name: str, n_layers: int) -> str:
@@ -167,12 +186,29 @@ def test_q4_0_scale_overflowing_f16_offsets_go_f32(tmp_path):
                                   deq["blk.0.ffn_up.weight"])
 
 
-def test_gguf_tokenizer_embedded_when_the_vocabulary_is_there(tmp_path):
+def test_gguf_tokenizer_is_embedded(tmp_path):
+    pytest.importorskip("tinyloop.gguf_tokenizer")
+    from tokenizers import Tokenizer
+
+    src, dst = str(tmp_path / "m.gguf"), str(tmp_path / "m.tinyloop")
+    write_gguf(src, tokenizer_model="gpt2")
+    convert(src, dst, progress=False)
+    tok = Tokenizer.from_str(read_model(dst).tokenizer_json)
+    tokens, _, _ = tiny_vocab(META["vocab"])
+    assert tok.encode("hello").ids == [tokens.index("hello")]
+    assert tok.encode("</s>").ids == [2]  # a control token is matched whole
+
+
+def test_gguf_without_or_with_unsupported_tokenizer_converts_without_one(tmp_path, capsys):
     pytest.importorskip("tinyloop.gguf_tokenizer")
     src, dst = str(tmp_path / "m.gguf"), str(tmp_path / "m.tinyloop")
-    write_gguf(src)
-    convert(src, dst, progress=False)  # no tokenizer.ggml.* metadata: converted without one
+    write_gguf(src)  # no tokenizer.ggml.* metadata
+    convert(src, dst, progress=False)
     assert read_model(dst).tokenizer_json is None
+    write_gguf(src, tokenizer_model="llama")  # SentencePiece: not expressible here
+    convert(src, dst, progress=False)
+    assert read_model(dst).tokenizer_json is None
+    assert "tokenizer not embedded" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------

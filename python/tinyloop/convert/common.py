@@ -120,6 +120,8 @@ def run_plan(plan: Plan, dst, progress: bool = True) -> str:
     parent = os.path.dirname(os.path.abspath(dst))
     if not os.path.isdir(parent):
         raise ValueError(f"{dst}: the output folder {parent} does not exist")
+    if os.path.isdir(dst):
+        raise ValueError(f"{dst}: is a folder; give the .tinyloop file to write")
     tensors: dict = {}
     for job in _progress(plan.jobs, progress, f"converting {os.path.basename(plan.src)}"):
         data = {name: plan.load(name) for name in job.sources}
