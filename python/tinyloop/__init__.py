@@ -4,6 +4,8 @@
 - `tinyloop.format`: read and write `.tinyloop` model files
 - `tinyloop.reference`: the float64 numpy reference forward and generation loop
 - `tinyloop.random_model`: random test models (`python3 -m tinyloop.random_model`)
+- `tinyloop.convert`: GGUF and Hugging Face import (`convert(src, dst)`; needs the `gguf`
+  and `safetensors` packages, imported only when used)
 
 The C++ engine is the separate extension module `tinyloop_py`; this package does not
 import it, so everything here works without a build.
