@@ -25,6 +25,15 @@ SUPPORTED_HF = {
 }
 
 
+def _require(module: str, version: str) -> None:
+    """The readers are optional dependencies of the package: say which one is missing."""
+    try:
+        __import__(module)
+    except ImportError:
+        raise RuntimeError(f"tinyloop convert needs the Python package '{module}' "
+                           f"(pip install {module}=={version})") from None
+
+
 def _is_gguf(path: str) -> bool:
     if path.lower().endswith(".gguf"):
         return True
@@ -49,6 +58,7 @@ def plan_for(src):
     """The conversion plan for `src` (checked, nothing read but metadata and headers)."""
     src = os.fspath(src)
     if os.path.isdir(src):
+        _require("safetensors", "0.7.0")
         from .hf_folder import HFFolder
 
         folder = HFFolder(src)
@@ -64,6 +74,7 @@ def plan_for(src):
     if not os.path.exists(src):
         raise FileNotFoundError(f"{src}: no such file or folder")
     if _is_gguf(src):
+        _require("gguf", "0.19.0")
         from .gguf_import import plan_gguf
         return plan_gguf(src)
     raise ValueError(f"{src}: not a GGUF file (no GGUF magic) nor a Hugging Face model folder")
@@ -75,6 +86,7 @@ def convert(src, dst, *, progress: bool = True) -> str:
     Returns the path written. Raises ValueError (FileNotFoundError for a missing input)
     naming the unsupported architecture, tensor type, config field, missing / unexpected /
     misshapen tensor or corrupt file; nothing is written then, not even a temp file.
+    RuntimeError when the reader package (`gguf`, `safetensors`) is not installed.
     """
     plan = plan_for(src)
     if os.path.abspath(os.fspath(dst)) == os.path.abspath(os.fspath(src)):

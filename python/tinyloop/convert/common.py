@@ -104,7 +104,10 @@ def as_bf16_values(a: np.ndarray) -> np.ndarray:
 def _progress(jobs, enabled: bool, desc: str):
     if not enabled:
         return jobs
-    from tqdm import tqdm
+    try:
+        from tqdm import tqdm
+    except ImportError:  # the bar is a nicety; convert without it
+        return jobs
 
     return tqdm(jobs, desc=desc, unit="tensor", leave=False)
 
