@@ -359,3 +359,17 @@ def test_broken_shard_index_is_refused(tmp_path):
 def test_missing_config_is_refused(tmp_path):
     (tmp_path / "empty").mkdir()
     _refused(tmp_path, tmp_path / "empty", r"no config.json")
+
+
+def test_chat_template_sources(tmp_path):
+    from tinyloop.convert.hf_folder import HFFolder
+
+    c = dict(LLAMA)
+    folder = write_hf_folder(tmp_path / "hf", c, llama_tensors(c, np.random.default_rng(0)),
+                             tokenizer_config={"chat_template": [
+                                 {"name": "tool_use", "template": "T"},
+                                 {"name": "default", "template": "D"}]})
+    assert HFFolder(folder).chat_template() == "D"
+    with open(os.path.join(folder, "chat_template.jinja"), "w") as f:
+        f.write("J")  # newer transformers save the template beside tokenizer_config.json
+    assert HFFolder(folder).chat_template() == "J"
