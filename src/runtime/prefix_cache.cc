@@ -9,17 +9,24 @@ namespace tinyloop::runtime {
 
 std::shared_ptr<const PrefixCache> PrefixCache::build(std::shared_ptr<const Engine> engine,
                                                       std::vector<int32_t> prefix,
-                                                      std::optional<int64_t> loops) {
+                                                      std::optional<int64_t> loops,
+                                                      int64_t cache_window) {
   const Engine& e = *engine;
   e.check_tokens(prefix);  // also rejects an empty prefix
   const int64_t L = e.resolve_loops(loops);
+  if (cache_window < 0)
+    throw std::invalid_argument("cache_window must be >= 0, got " + std::to_string(cache_window));
   const auto P = static_cast<int64_t>(prefix.size());
   e.check_length(P, 0);
 
   auto pc = std::shared_ptr<PrefixCache>(new PrefixCache());
   // Exactly generate()'s prefill of these positions: the model is batch-invariant, so the
-  // rows are the same whatever suffix a later call appends.
-  pc->kv_ = e.new_cache(L, P, 0, e.kv_dtype());
+  // rows are the same whatever suffix a later call appends. With a window, generate()'s
+  // ring would drop the oldest rows; here every row stays (capacity P), since a shared
+  // segment must not wrap, and attention still sees only the window.
+  pc->kv_ = std::make_unique<model::KvCache>(e.config(), L, P, cache_window, e.kv_dtype(),
+                                             &e.model().memory());
+  pc->window_ = cache_window;
   e.model().forward(prefix.data(), P, *pc->kv_, model::LogitRows::Last, pc->logits_, L);
   pc->tracked_ = model::TrackedBytes(&e.model().memory(),
                                      int64_t(pc->logits_.size()) * int64_t(sizeof(float)));
@@ -42,9 +49,11 @@ GenerateResult PrefixCache::generate(const std::vector<int32_t>& suffix, Generat
                              std::to_string(loops_) + ", generate_from_prefix_cache asked for " +
                              std::to_string(L));
   req.loops = L;
-  if (req.cache_window != 0)
+  if (req.cache_window != window_)
     throw std::invalid_argument(
-        "cache_window must be 0 with a prefix cache (the prefix is stored full-length)");
+        "cache_window mismatch: the prefix cache was built with cache_window=" +
+        std::to_string(window_) + ", the call asked for " + std::to_string(req.cache_window) +
+        " (a window changes the prefix's K/V; build the cache with the call's window)");
   if (!suffix.empty()) e.check_tokens(suffix, "suffix");  // empty: decode right after the prefix
   req.prompt = prefix_;
   req.prompt.insert(req.prompt.end(), suffix.begin(), suffix.end());
@@ -52,8 +61,9 @@ GenerateResult PrefixCache::generate(const std::vector<int32_t>& suffix, Generat
 
   const auto t0 = std::chrono::steady_clock::now();
   const auto S = static_cast<int64_t>(suffix.size());
-  // The tail: rows for the suffix and every token decoding may add; positions start at P.
-  auto tail = e.new_cache(L, std::max<int64_t>(1, S + req.max_tokens), 0, e.kv_dtype());
+  // The tail: rows for the suffix and every token decoding may add, positions from P on; with
+  // a window, generate()'s ring of window + slack rows when that is smaller.
+  auto tail = e.new_cache(L, std::max<int64_t>(1, S + req.max_tokens), window_, e.kv_dtype());
   tail->set_shared_prefix(kv_.get());
   std::vector<float> logits = logits_;  // [V]
   if (S > 0) e.model().forward(suffix.data(), S, *tail, model::LogitRows::Last, logits, L);

@@ -21,23 +21,30 @@ namespace tinyloop::runtime {
 
 class PrefixCache {
  public:
-  // Prefills `prefix` (non-empty) at `loops` (default the config's default_loops).
-  // std::invalid_argument for bad tokens / loops; std::runtime_error when the prefix alone
-  // exceeds max_seq_len.
+  // Prefills `prefix` (non-empty) at `loops` (default the config's default_loops) with
+  // generate()'s sliding window `cache_window` (0 = none): a window changes the prefix's K/V
+  // once the prefix is longer than it, so a cache serves calls with its own window only.
+  // The prefix is stored full-length either way (the shared segment must not wrap); only a
+  // call's tail is a ring. std::invalid_argument for bad tokens / loops / window;
+  // std::runtime_error when the prefix alone exceeds max_seq_len.
   static std::shared_ptr<const PrefixCache> build(std::shared_ptr<const Engine> engine,
                                                   std::vector<int32_t> prefix,
-                                                  std::optional<int64_t> loops);
+                                                  std::optional<int64_t> loops,
+                                                  int64_t cache_window = 0);
 
   const Engine& engine() const { return *engine_; }
   const std::vector<int32_t>& prefix() const { return prefix_; }
   int64_t seq_len() const { return static_cast<int64_t>(prefix_.size()); }
   int64_t loops() const { return loops_; }
+  int64_t cache_window() const { return window_; }
   int64_t bytes() const;  // KV + the prefix's last logits
+  // The KV storage mode the prefix was built with (a pool matches on it).
+  ops::KvDType kv_dtype() const { return kv_->dtype(); }
 
   // Returns exactly generate(prefix + suffix, ...) for req (its prompt is ignored; the
   // suffix may be empty). req.loops: none = loops(); another value throws std::runtime_error
-  // "loops mismatch". std::invalid_argument for cache_window != 0 (the prefix is stored
-  // full-length, not as a ring) and for whatever generate() rejects.
+  // "loops mismatch". std::invalid_argument "cache_window mismatch" when req.cache_window is
+  // not cache_window(), and for whatever generate() rejects.
   GenerateResult generate(const std::vector<int32_t>& suffix, GenerateRequest req,
                           const TokenCallback& on_token = {}) const;
 
@@ -46,7 +53,8 @@ class PrefixCache {
   std::shared_ptr<const Engine> engine_;  // keeps the model (and kv_'s tracker) alive
   std::vector<int32_t> prefix_;           // [P]
   int64_t loops_ = 0;
-  std::unique_ptr<model::KvCache> kv_;    // capacity P, length P; read-only after build
+  int64_t window_ = 0;                    // generate()'s cache_window the prefix was built with
+  std::unique_ptr<model::KvCache> kv_;    // capacity P, length P, window_; read-only after build
   std::vector<float> logits_;             // [V] after the prefix (for an empty suffix)
   model::TrackedBytes tracked_;           // logits_ in the model's memory report
 };

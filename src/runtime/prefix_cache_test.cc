@@ -1,7 +1,7 @@
 // Prefix cache in C++, run under ASan/UBSan by the test command: a two-segment forward
-// (shared prefix KvCache + tail) equals the single-cache forward bit for bit with the scalar
-// kernels and within float rounding with the SIMD ones; PrefixCache::generate equals
-// generate(prefix + suffix); one cache serves several threads; errors.
+// (shared prefix KvCache + tail) equals the single-cache forward bit for bit, with the scalar
+// kernels and with the SIMD ones; PrefixCache::generate equals generate(prefix + suffix);
+// one cache serves several threads; errors.
 #include "runtime/prefix_cache.h"
 
 #include <gtest/gtest.h>
@@ -70,31 +70,60 @@ TEST_F(PrefixCacheTest, TwoSegmentForwardIsBitIdenticalWithScalarKernels) {
   EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
 }
 
-TEST_F(PrefixCacheTest, TwoSegmentForwardIsCloseWithSimdKernels) {
-  std::vector<float> want, got;
-  forward_both(ids(13, 1), ids(7, 2), want, got);
-  ASSERT_EQ(want.size(), got.size());
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(want[i], got[i], 1e-4f) << i;
+TEST_F(PrefixCacheTest, TwoSegmentForwardIsBitIdenticalWithSimdKernels) {
+  ops::set_force_scalar(false);
+  for (int P : {1, 13, 40}) {  // windows mostly in the prefix, mostly in the tail
+    std::vector<float> want, got;
+    forward_both(ids(P, 1 + P), ids(7, 2), want, got);
+    ASSERT_EQ(want.size(), got.size());
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << "P=" << P;
+  }
 }
 
 TEST_F(PrefixCacheTest, GenerateEqualsGenerateOfConcatenation) {
-  ops::set_force_scalar(true);
   const auto prefix = ids(11, 3);
-  auto pc = PrefixCache::build(engine_, prefix, std::nullopt);
-  EXPECT_EQ(pc->seq_len(), 11);
-  EXPECT_EQ(pc->loops(), 3);
-  for (int s : {0, 1, 6}) {
-    const auto suffix = ids(s, 10 + s);
-    GenerateRequest req;
-    req.max_tokens = 12;
-    req.stop_at_eos = false;
-    req.sampling.temperature = 0.8;
-    req.seed = 7;
-    GenerateRequest full = req;
-    full.prompt = prefix;
-    full.prompt.insert(full.prompt.end(), suffix.begin(), suffix.end());
-    EXPECT_EQ(pc->generate(suffix, req).tokens, generate(*engine_, full).tokens) << "S=" << s;
+  for (bool scalar : {true, false}) {
+    ops::set_force_scalar(scalar);
+    auto pc = PrefixCache::build(engine_, prefix, std::nullopt);
+    EXPECT_EQ(pc->seq_len(), 11);
+    EXPECT_EQ(pc->loops(), 3);
+    for (int s : {0, 1, 6}) {
+      const auto suffix = ids(s, 10 + s);
+      GenerateRequest req;
+      req.max_tokens = 12;
+      req.stop_at_eos = false;
+      req.sampling.temperature = 0.8;
+      req.seed = 7;
+      GenerateRequest full = req;
+      full.prompt = prefix;
+      full.prompt.insert(full.prompt.end(), suffix.begin(), suffix.end());
+      EXPECT_EQ(pc->generate(suffix, req).tokens, generate(*engine_, full).tokens)
+          << "S=" << s << " scalar=" << scalar;
+    }
   }
+}
+
+// cache_window: the prefix is prefilled with generate()'s window (longer than the window, so
+// its K/V differ from an unwindowed prefill) and the tail is a ring that wraps several times.
+TEST_F(PrefixCacheTest, SlidingWindowEqualsGenerateWithTheSameWindow) {
+  const auto prefix = ids(20, 8), suffix = ids(5, 9);
+  const int64_t W = 6;
+  auto pc = PrefixCache::build(engine_, prefix, 2, W);
+  EXPECT_EQ(pc->cache_window(), W);
+  GenerateRequest req;
+  req.max_tokens = 90;  // tail of 95 positions in a ring of W + kRingSlack = 70 rows
+  req.stop_at_eos = false;
+  req.sampling.temperature = 0.7f;
+  req.seed = 3;
+  req.cache_window = W;
+  GenerateRequest full = req;
+  full.loops = 2;
+  full.prompt = prefix;
+  full.prompt.insert(full.prompt.end(), suffix.begin(), suffix.end());
+  EXPECT_EQ(pc->generate(suffix, req).tokens, generate(*engine_, full).tokens);
+  req.cache_window = 0;  // another window: the prefix's K/V would differ
+  EXPECT_THROW(pc->generate(suffix, req), std::invalid_argument);
+  EXPECT_THROW(PrefixCache::build(engine_, prefix, 2, -1), std::invalid_argument);
 }
 
 TEST_F(PrefixCacheTest, OneCacheServesManyThreads) {
