@@ -115,7 +115,8 @@ A loaded looped-transformer model (.tinyloop file, memory-mapped).
 
 Model(path, max_seq_len=None, kv_mode=None)
   max_seq_len: longest prompt + generated tokens a call may use (default: the config's).
-  kv_mode: KV storage of generation, "fp16" (default) or "fp32"; TINYLOOP_KV_FP32=1 sets fp32.
+  kv_mode: KV storage of generation, "fp16" (default), "fp32" or "int8" (docs/kv-cache.md);
+    TINYLOOP_KV_INT8=1 / TINYLOOP_KV_FP32=1 set the default.
 Use as a context manager or call close(); any call after close() raises RuntimeError.
 One Model may be used from several Python threads at once (the GIL is released during compute).
 )doc";
@@ -165,7 +166,7 @@ One Model may be used from several Python threads at once (the GIL is released d
               const py::object& stop_sequences, int64_t early_exit_patience, int64_t early_exit_min_L,
               double early_exit_tau, int64_t early_exit_peek_every, double early_exit_logit_margin,
               int64_t beam_size, double length_penalty, bool early_stopping, const py::object& grammar,
-              std::optional<uint64_t> seed, bool stop_at_eos) {
+              std::optional<uint64_t> seed, bool stop_at_eos, int64_t kv_loop_slots) {
              auto e = self.engine();
              refuse_unimplemented(beam_size);
              auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
@@ -173,6 +174,7 @@ One Model may be used from several Python threads at once (the GIL is released d
              req.grammar = to_grammar(grammar);
              req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
                                                 early_exit_peek_every, early_exit_logit_margin);
+             req.kv_loop_slots = kv_loop_slots;
              runtime::GenerateResult res;
              {
                py::gil_scoped_release nogil;
@@ -188,7 +190,10 @@ One Model may be used from several Python threads at once (the GIL is released d
            py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
            py::arg("beam_size") = 0, py::arg("length_penalty") = 1.0, py::arg("early_stopping") = true,
            py::arg("grammar") = py::none(), py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
+           py::arg("kv_loop_slots") = 0,
            "Prefill the prompt, then decode up to max_tokens. Returns prompt + new tokens (List[int]).\n"
+           "kv_loop_slots = B > 0: recurrence-shared KV (docs/kv-cache.md), B slot groups for the loop\n"
+           "iterations (iteration i in group i mod B), so cache memory stops growing with loops; 0 = exact.\n"
            "early_exit_patience > 0 enables decode-time early exit (docs/loop-depth.md): after early_exit_min_L\n"
            "iterations, a probe every early_exit_peek_every iterations; stable when ||s_i - s_{i-1}|| / ||s_i|| <\n"
            "early_exit_tau, or (early_exit_logit_margin > 0) when top1 - top2 of the logits read out of s_i >\n"
@@ -199,7 +204,7 @@ One Model may be used from several Python threads at once (the GIL is released d
               int64_t cache_window, double repetition_penalty, const py::object& stop_sequences,
               int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
               int64_t early_exit_peek_every, double early_exit_logit_margin, std::optional<uint64_t> seed,
-              bool stop_at_eos, const py::object& grammar) {
+              bool stop_at_eos, const py::object& grammar, int64_t kv_loop_slots) {
              auto e = self.engine();
              if (!PyCallable_Check(on_token.ptr())) throw py::value_error("on_token must be callable");
              auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
@@ -207,6 +212,7 @@ One Model may be used from several Python threads at once (the GIL is released d
              req.grammar = to_grammar(grammar);
              req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
                                                 early_exit_peek_every, early_exit_logit_margin);
+             req.kv_loop_slots = kv_loop_slots;
              // A Python exception in the callback stops generation and is re-raised here.
              std::exception_ptr callback_error;
              auto cb = [&](int32_t tok) -> bool {
@@ -234,23 +240,25 @@ One Model may be used from several Python threads at once (the GIL is released d
            py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3,
            py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
            py::arg("seed") = py::none(), py::arg("stop_at_eos") = true, py::arg("grammar") = py::none(),
+           py::arg("kv_loop_slots") = 0,
            "generate() with on_token(tok) -> bool called per token (False stops after it). Returns a dict:\n"
            "tokens, prefill_ms, first_token_ms, decode_steady_ms, tokens_emitted, loops_per_token (the loop\n"
            "depth behind each emitted token; early exit lowers it), mean_loops (their mean).")
       .def("_stepwise_logits",
            [](const PyModel& self, const py::object& ids, int64_t prefill_len, std::optional<int64_t> loops,
-              int64_t cache_window) {
+              int64_t cache_window, int64_t kv_loop_slots) {
              auto e = self.engine();
              auto v = to_ids(ids, "ids");
              std::vector<float> logits;
              {
                py::gil_scoped_release nogil;
-               logits = e->stepwise_logits(v, prefill_len, loops, cache_window);
+               logits = e->stepwise_logits(v, prefill_len, loops, cache_window, kv_loop_slots);
              }
              const auto rows = static_cast<py::ssize_t>(v.size()) - prefill_len + 1;
              return to_numpy(std::move(logits), {rows, static_cast<py::ssize_t>(e->config().vocab_size)});
            },
            py::arg("ids"), py::arg("prefill_len"), py::arg("loops") = py::none(), py::arg("cache_window") = 0,
+           py::arg("kv_loop_slots") = 0,
            "Testing hook: logits of a prefill of ids[:prefill_len] then one decode step per remaining id.");
 
   m.def("load",

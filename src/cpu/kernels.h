@@ -36,6 +36,12 @@ void attention_segments(const float* q, int64_t T, int64_t n_heads, const ops::K
                         int64_t split, const ops::KvView& tail, const int64_t* q_pos,
                         const int64_t* k_lo, float* out);
 
+// Causal attention over an INT8 slot (kv.dtype == I8, ops/kv_quant.h: int8 values with a
+// float scale per (position, kv head), widened and scaled inside the dot products); same
+// contract as ops::attention. (cpu/attention_int8.cc)
+void attention_int8(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,
+                    const int64_t* q_pos, const int64_t* k_lo, float* out);
+
 // Writes K/V rows into a slot (F16: hardware conversion), same contract as ops::kv_write.
 void kv_write(ops::KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
               int64_t head_dim, const float* k_rows, const float* v_rows, const int64_t* pos,

@@ -7,8 +7,9 @@
 namespace tinyloop::model {
 
 KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t window,
-                 ops::KvDType dtype, MemoryTracker* tracker, int64_t extra_slots)
-    : layout_(c, loops),
+                 ops::KvDType dtype, MemoryTracker* tracker, int64_t extra_slots,
+                 int64_t loop_slots)
+    : layout_(c, loops, loop_slots),
       capacity_(capacity),
       window_(window),
       n_kv_heads_(c.n_kv_heads),
@@ -19,9 +20,16 @@ KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t 
   if (loops < 1) throw std::invalid_argument("loops must be >= 1, got " + std::to_string(loops));
   if (capacity < 1) throw std::invalid_argument("KV capacity must be >= 1");
   if (extra_slots < 0) throw std::invalid_argument("extra KV slots must be >= 0");
-  const int64_t elem = dtype == ops::KvDType::F16 ? 2 : 4;
+  if (loop_slots < 0)
+    throw std::invalid_argument("kv_loop_slots must be >= 0, got " + std::to_string(loop_slots));
+  const int64_t elem = dtype == ops::KvDType::F32 ? 4 : dtype == ops::KvDType::F16 ? 2 : 1;
   row_bytes_ = n_kv_heads_ * head_dim_ * elem;
-  slot_bytes_ = 2 * capacity_ * row_bytes_;
+  // I8 scales follow the values, 16-byte aligned; every slot starts 16-byte aligned too.
+  auto align16 = [](int64_t n) { return (n + 15) / 16 * 16; };
+  scale_off_ = align16(2 * capacity_ * row_bytes_);
+  const int64_t scale_bytes =
+      dtype == ops::KvDType::I8 ? 2 * capacity_ * n_kv_heads_ * int64_t(sizeof(float)) : 0;
+  slot_bytes_ = align16(scale_off_ + scale_bytes);
   bytes_ = slot_bytes_ * (layout_.count() + extra_slots_);
   try {
     data_.reset(new uint8_t[static_cast<size_t>(bytes_)]);
@@ -41,6 +49,12 @@ void KvCache::truncate(int64_t new_length) {
 }
 
 void KvCache::copy_row(int64_t src_slot, int64_t dst_slot, int64_t p) {
+  if (src_slot == dst_slot) return;  // recurrence-shared iterations: already the same rows
+  if (dtype_ == ops::KvDType::I8) {
+    const int64_t r = (p % capacity_) * n_kv_heads_;  // [n_kv_heads] scales of row p
+    std::memcpy(k_scale_data(dst_slot) + r, k_scale_data(src_slot) + r, sizeof(float) * n_kv_heads_);
+    std::memcpy(v_scale_data(dst_slot) + r, v_scale_data(src_slot) + r, sizeof(float) * n_kv_heads_);
+  }
   const int64_t row = (p % capacity_) * row_bytes_;
   std::memcpy(static_cast<uint8_t*>(k_data(dst_slot)) + row,
               static_cast<const uint8_t*>(k_data(src_slot)) + row, row_bytes_);
@@ -62,6 +76,7 @@ KvCache::KvCache(const KvCache& o, MemoryTracker* tracker)
       extra_slots_(o.extra_slots_),
       dtype_(o.dtype_),
       row_bytes_(o.row_bytes_),
+      scale_off_(o.scale_off_),
       slot_bytes_(o.slot_bytes_),
       bytes_(o.bytes_),
       length_(o.length_),
@@ -73,6 +88,17 @@ KvCache::KvCache(const KvCache& o, MemoryTracker* tracker)
 }
 
 void KvCache::set_shared_prefix(const KvCache* prefix) {
+  // The two-segment attention (ops/attention_segments) reads F32/F16 rows only, and a
+  // prefix's shared loop groups would hold the prefix's last iteration where generate of
+  // the whole text sees each iteration's own K/V: refuse both rather than differ.
+  if (dtype_ == ops::KvDType::I8 || prefix->dtype() == ops::KvDType::I8)
+    throw std::invalid_argument(
+        "kv_mode 'int8' does not support a shared prefix KV yet (prefix cache, prefix pool, "
+        "beam search): use kv_mode 'fp16' or 'fp32'");
+  if (layout_.shared() || prefix->layout().shared())
+    throw std::invalid_argument(
+        "kv_loop_slots (recurrence-shared KV) does not support a shared prefix KV (prefix "
+        "cache, prefix pool, beam search)");
   // A window is fine when both segments apply the same one and the prefix never wrapped:
   // attention then reads each prefix position from its own row (beam search with
   // cache_window builds its prompt that way).
@@ -104,6 +130,26 @@ void KvCache::assign_tail_from(const KvCache& src) {
   length_ = src.length_;
 }
 
+void KvCache::write(int64_t slot, const float* k_rows, const float* v_rows, const int64_t* pos,
+                    int64_t T) {
+  ops::kv_write(dtype_, k_data(slot), v_data(slot), capacity_, n_kv_heads_, head_dim_, k_rows,
+                v_rows, pos, T, k_scale_data(slot), v_scale_data(slot));
+}
+
+float* KvCache::k_scale_data(int64_t slot) {
+  if (dtype_ != ops::KvDType::I8) return nullptr;
+  return reinterpret_cast<float*>(data_.get() + slot * slot_bytes_ + scale_off_);
+}
+float* KvCache::v_scale_data(int64_t slot) {
+  if (dtype_ != ops::KvDType::I8) return nullptr;
+  return k_scale_data(slot) + capacity_ * n_kv_heads_;
+}
+
+int64_t KvCache::bytes_per_position_per_slot() const {
+  return 2 * row_bytes_ +
+         (dtype_ == ops::KvDType::I8 ? 2 * n_kv_heads_ * int64_t(sizeof(float)) : 0);
+}
+
 void* KvCache::k_data(int64_t slot) { return data_.get() + slot * slot_bytes_; }
 void* KvCache::v_data(int64_t slot) { return data_.get() + slot * slot_bytes_ + capacity_ * row_bytes_; }
 
@@ -115,6 +161,11 @@ ops::KvView KvCache::view(int64_t slot) const {
   v.capacity = capacity_;
   v.n_kv_heads = n_kv_heads_;
   v.head_dim = head_dim_;
+  if (dtype_ == ops::KvDType::I8) {
+    float* base = const_cast<KvCache*>(this)->k_scale_data(slot);  // [2][capacity, n_kv_heads]
+    v.k_scale = base;
+    v.v_scale = base + capacity_ * n_kv_heads_;
+  }
   return v;
 }
 

@@ -118,8 +118,7 @@ int64_t Workspace::bytes() const {
 void attend_causal(const ModelConfig& c, int64_t slot, const float* q, const float* k,
                    const float* v, const int64_t* pos, int64_t T, KvCache& kv, int64_t* k_lo,
                    float* out) {
-  ops::kv_write(kv.dtype(), kv.k_data(slot), kv.v_data(slot), kv.capacity(), c.n_kv_heads,
-                c.head_dim, k, v, pos, T);
+  kv.write(slot, k, v, pos, T);
   for (int64_t t = 0; t < T; ++t) k_lo[t] = kv.first_visible(pos[t]);
   if (const KvCache* prefix = kv.shared_prefix()) {
     // Prefix-cache tail: earlier positions are read in place from the shared prefix.

@@ -87,9 +87,7 @@ void SpecAttention::attend(const ModelConfig& c, int64_t slot, const float* q, c
     for (int64_t d = 0; d < dmax; ++d)
       if (!stored_[s * nodes_ + b * depth_ + d])
         throw std::logic_error("tree node attends an ancestor that was never computed");
-    ops::kv_write(kv.dtype(), kv.k_data(s), kv.v_data(s), kv.capacity(), c.n_kv_heads,
-                  c.head_dim, k_row(s, b * depth_), v_row(s, b * depth_), path_pos_.data(),
-                  dmax);
+    kv.write(s, k_row(s, b * depth_), v_row(s, b * depth_), path_pos_.data(), dmax);
     const int64_t t0 = n_linear + i, n = j - i;
     for (int64_t t = t0; t < t0 + n; ++t) k_lo[t] = kv.first_visible(pos[t]);
     ops::attention(q + t0 * qw, n, c.n_heads, kv.view(s), pos + t0, k_lo + t0, out + t0 * qw);
@@ -105,8 +103,7 @@ void SpecAttention::commit(KvCache& kv, int64_t branch, int64_t m) const {
     while (n < m && stored_[s * nodes_ + branch * depth_ + n]) ++n;
     if (n == 0) continue;
     const int64_t first = (s * nodes_ + branch * depth_) * row_;
-    ops::kv_write(kv.dtype(), kv.k_data(s), kv.v_data(s), kv.capacity(), kv.n_kv_heads(),
-                  kv.head_dim(), k_.data() + first, v_.data() + first, path_pos_.data(), n);
+    kv.write(s, k_.data() + first, v_.data() + first, path_pos_.data(), n);
   }
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ops/convert_inl.h"
+#include "ops/kv_quant.h"
 #include "ops/reference.h"
 
 namespace tinyloop::ops::ref {
@@ -44,7 +45,10 @@ inline float dot(const float* a, const float* b, int64_t n) {
 // pos        [T] absolute positions (>= 0); row pos[t] % capacity is overwritten
 void kv_write(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
               int64_t head_dim, const float* k_rows, const float* v_rows, const int64_t* pos,
-              int64_t T) {
+              int64_t T, float* k_scale, float* v_scale) {
+  if (dtype == KvDType::I8)
+    return kv_write_i8(static_cast<int8_t*>(k), static_cast<int8_t*>(v), k_scale, v_scale,
+                       capacity, n_kv_heads, head_dim, k_rows, v_rows, pos, T);
   const int64_t row = n_kv_heads * head_dim;  // elements per position
   for (int64_t t = 0; t < T; ++t) {
     assert(pos[t] >= 0);
@@ -73,6 +77,7 @@ void kv_write(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_he
 // rows of a ring are overwritten). An empty window (k_lo > q_pos) gives a zero output row.
 void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
                const int64_t* q_pos, const int64_t* k_lo, float* out) {
+  if (kv.dtype == KvDType::I8) return attention_i8(q, T, n_heads, kv, q_pos, k_lo, out);
   const int64_t hd = kv.head_dim;
   const int64_t n_kv = kv.n_kv_heads;
   assert(n_kv > 0 && n_heads % n_kv == 0);

@@ -70,14 +70,18 @@ void add(const float* a, const float* b, int64_t n, float* y) {
 
 void kv_write(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
               int64_t head_dim, const float* k_rows, const float* v_rows, const int64_t* pos,
-              int64_t T) {
-  if (scalar()) return ref::kv_write(dtype, k, v, capacity, n_kv_heads, head_dim, k_rows, v_rows, pos, T);
+              int64_t T, float* k_scale, float* v_scale) {
+  // I8: one quantizer for both paths (ops/kv_quant.h), so the stored bytes never differ.
+  if (scalar() || dtype == KvDType::I8)
+    return ref::kv_write(dtype, k, v, capacity, n_kv_heads, head_dim, k_rows, v_rows, pos, T,
+                         k_scale, v_scale);
   cpu::kv_write(dtype, k, v, capacity, n_kv_heads, head_dim, k_rows, v_rows, pos, T);
 }
 
 void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
                const int64_t* q_pos, const int64_t* k_lo, float* out) {
   if (scalar()) return ref::attention(q, T, n_heads, kv, q_pos, k_lo, out);
+  if (kv.dtype == KvDType::I8) return cpu::attention_int8(q, T, n_heads, kv, q_pos, k_lo, out);
   cpu::attention(q, T, n_heads, kv, q_pos, k_lo, out);
 }
 

@@ -52,8 +52,9 @@ void gelu(float* x, int64_t n, bool tanh_approx);
 // y[n] = a[n] + b[n]. y may alias a or b.
 void add(const float* a, const float* b, int64_t n, float* y);
 
-// Storage of K/V rows: float32 or IEEE half.
-enum class KvDType { F32, F16 };
+// Storage of K/V rows: float32, IEEE half, or int8 with one float32 scale per
+// (position, kv head) (docs/kv-cache.md): value = int8 * scale, scale = max|x| / 127.
+enum class KvDType { F32, F16, I8 };
 
 // One KV slot's keys and values: `capacity` rows of [n_kv_heads, head_dim]. The key of
 // absolute position p lives in row p % capacity (a ring when capacity < sequence length).
@@ -64,20 +65,26 @@ struct KvView {
   int64_t capacity = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
+  const float* k_scale = nullptr;  // [capacity, n_kv_heads], I8 only
+  const float* v_scale = nullptr;  // [capacity, n_kv_heads], I8 only
 };
 
 // Write k_rows/v_rows [T, n_kv_heads, head_dim] (float) for absolute positions pos[T] into
-// a slot (converting to its storage dtype). `k`/`v` are the slot's mutable buffers.
+// a slot (converting to its storage dtype). `k`/`v` are the slot's mutable buffers;
+// k_scale/v_scale [capacity, n_kv_heads] its scales (I8 only: required there, a
+// std::logic_error when missing). I8 rounds each (position, kv head) row on its own, so a
+// row's bytes never depend on T (batch invariance).
 void kv_write(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
               int64_t head_dim, const float* k_rows, const float* v_rows, const int64_t* pos,
-              int64_t T);
+              int64_t T, float* k_scale = nullptr, float* v_scale = nullptr);
 
 // Causal attention of T query rows against one KV slot.
 //   q   [T, n_heads, head_dim]   (RoPE already applied)
 //   out [T, n_heads, head_dim]
 // Query t attends to key positions k_lo[t] .. q_pos[t] inclusive (all already written to the
 // slot); query head h uses kv head h / (n_heads / n_kv_heads); scale 1/sqrt(head_dim);
-// softmax with the max subtracted, accumulated in float.
+// softmax with the max subtracted, accumulated in float. I8 slots are dequantized inside
+// the dot products: score = dot(q, k8) * k_scale, out += (w * v_scale) * v8.
 void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
                const int64_t* q_pos, const int64_t* k_lo, float* out);
 

@@ -14,18 +14,21 @@ bool env_flag(const char* name) {
 
 ops::KvDType parse_kv_mode(const std::optional<std::string>& mode) {
   std::string m = mode.value_or("");
-  if (m.empty()) m = env_flag("TINYLOOP_KV_FP32") ? "fp32" : "fp16";
+  if (m.empty())
+    m = env_flag("TINYLOOP_KV_INT8") ? "int8" : env_flag("TINYLOOP_KV_FP32") ? "fp32" : "fp16";
   if (m == "fp16") return ops::KvDType::F16;
   if (m == "fp32") return ops::KvDType::F32;
-  if (m == "int8" || m == "h_fp16" || m == "h_int8" || m == "h_int4")
-    throw std::invalid_argument("kv_mode '" + m + "' is not implemented yet (supported: fp16, fp32)");
-  throw std::invalid_argument("kv_mode must be 'fp16' or 'fp32', got '" + m + "'");
+  if (m == "int8") return ops::KvDType::I8;
+  if (m == "h_fp16" || m == "h_int8" || m == "h_int4")
+    throw std::invalid_argument("kv_mode '" + m +
+                                "' (store-h) is not implemented yet (supported: fp16, fp32, int8)");
+  throw std::invalid_argument("kv_mode must be 'fp16', 'fp32' or 'int8', got '" + m + "'");
 }
 
 }  // namespace
 
 Engine::Engine(const std::string& path, const EngineOptions& opts) {
-  for (const char* unsupported : {"TINYLOOP_KV_INT8", "TINYLOOP_KV_H_MODE", "TINYLOOP_KV_INT4"})
+  for (const char* unsupported : {"TINYLOOP_KV_H_MODE", "TINYLOOP_KV_INT4"})
     if (env_flag(unsupported))
       throw std::invalid_argument(std::string(unsupported) +
                                   " is set, but that KV mode is not implemented yet");
@@ -64,6 +67,20 @@ void Engine::check_tokens(const std::vector<int32_t>& ids, const char* what) con
                                   std::to_string(V) + ")");
 }
 
+void Engine::check_loop_slots(int64_t loop_slots) const {
+  if (loop_slots < 0)
+    throw std::invalid_argument("kv_loop_slots must be >= 0 (0 = one slot group per iteration), got " +
+                                std::to_string(loop_slots));
+}
+
+std::string Engine::kv_mode() const {
+  switch (kv_dtype_) {
+    case ops::KvDType::F32: return "fp32";
+    case ops::KvDType::I8: return "int8";
+    default: return "fp16";
+  }
+}
+
 void Engine::check_length(int64_t prompt_len, int64_t max_tokens) const {
   if (prompt_len + max_tokens > max_seq_len_)
     throw std::runtime_error("prompt length " + std::to_string(prompt_len) + " + max_tokens " +
@@ -72,11 +89,12 @@ void Engine::check_length(int64_t prompt_len, int64_t max_tokens) const {
 }
 
 std::unique_ptr<model::KvCache> Engine::new_cache(int64_t loops, int64_t total_len,
-                                                  int64_t window, ops::KvDType dtype) const {
+                                                  int64_t window, ops::KvDType dtype,
+                                                  int64_t loop_slots) const {
   int64_t capacity = total_len;
   if (window > 0 && window + kRingSlack < total_len) capacity = window + kRingSlack;
   return std::make_unique<model::KvCache>(config(), loops, capacity, window, dtype,
-                                          &model_->memory());
+                                          &model_->memory(), 0, loop_slots);
 }
 
 std::vector<float> Engine::score_rows(const std::vector<int32_t>& ids,
@@ -102,15 +120,20 @@ std::vector<float> Engine::score_last(const std::vector<int32_t>& ids,
 
 std::vector<float> Engine::stepwise_logits(const std::vector<int32_t>& ids, int64_t prefill_len,
                                            std::optional<int64_t> loops,
-                                           int64_t cache_window) const {
+                                           int64_t cache_window, int64_t loop_slots) const {
   check_tokens(ids, "ids");
   const int64_t L = resolve_loops(loops), T = static_cast<int64_t>(ids.size());
   const int64_t V = config().vocab_size;
   if (prefill_len < 1 || prefill_len > T)
     throw std::invalid_argument("prefill_len must be in [1, len(ids)]");
   if (cache_window < 0) throw std::invalid_argument("cache_window must be >= 0");
+  check_loop_slots(loop_slots);
   std::vector<float> out, logits;
   out.reserve((T - prefill_len + 1) * V);
+  if (kv_cache_disabled_ && loop_slots > 0 && loop_slots < L)
+    throw std::invalid_argument(
+        "kv_loop_slots needs the KV cache (TINYLOOP_DISABLE_KV_CACHE=1 is set): the mode is "
+        "defined by what the cache keeps");
   if (kv_cache_disabled_) {
     for (int64_t end = prefill_len; end <= T; ++end) {
       // The uncached path keeps the window as a mask over a full-length cache.
@@ -120,7 +143,7 @@ std::vector<float> Engine::stepwise_logits(const std::vector<int32_t>& ids, int6
     }
     return out;
   }
-  auto kv = new_cache(L, T, cache_window, kv_dtype_);
+  auto kv = new_cache(L, T, cache_window, kv_dtype_, loop_slots);
   model_->forward(ids.data(), prefill_len, *kv, model::LogitRows::Last, logits);
   out.insert(out.end(), logits.begin(), logits.end());
   for (int64_t t = prefill_len; t < T; ++t) {

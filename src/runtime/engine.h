@@ -14,7 +14,8 @@ namespace tinyloop::runtime {
 
 struct EngineOptions {
   std::optional<int64_t> max_seq_len;  // default: the config's max_seq_len
-  std::optional<std::string> kv_mode;  // "fp16" (default) | "fp32"; default from env
+  // "fp16" (default) | "fp32" | "int8"; default from env (TINYLOOP_KV_INT8, TINYLOOP_KV_FP32)
+  std::optional<std::string> kv_mode;
 };
 
 class Engine {
@@ -26,7 +27,7 @@ class Engine {
   const model::LoopedModel& model() const { return *model_; }
   int64_t max_seq_len() const { return max_seq_len_; }
   ops::KvDType kv_dtype() const { return kv_dtype_; }
-  std::string kv_mode() const { return kv_dtype_ == ops::KvDType::F16 ? "fp16" : "fp32"; }
+  std::string kv_mode() const;  // "fp16" | "fp32" | "int8"
   // TINYLOOP_DISABLE_KV_CACHE=1 at creation: every decode step re-runs the whole prefix.
   bool kv_cache_disabled() const { return kv_cache_disabled_; }
   // Weights + live caches + live workspaces, in MiB.
@@ -36,6 +37,8 @@ class Engine {
   int64_t resolve_loops(std::optional<int64_t> loops) const;
   // Throws std::invalid_argument naming "prompt" for an empty prompt or an id outside [0, V).
   void check_tokens(const std::vector<int32_t>& ids, const char* what = "prompt") const;
+  // Throws std::invalid_argument naming kv_loop_slots when it is negative.
+  void check_loop_slots(int64_t loop_slots) const;
   // Throws std::runtime_error when prompt_len + max_tokens > max_seq_len.
   void check_length(int64_t prompt_len, int64_t max_tokens) const;
 
@@ -48,12 +51,14 @@ class Engine {
   // model's KV mode and window. Returns logits [T - prefill_len + 1, V]: row r predicts the
   // token after ids[prefill_len - 1 + r].
   std::vector<float> stepwise_logits(const std::vector<int32_t>& ids, int64_t prefill_len,
-                                     std::optional<int64_t> loops, int64_t cache_window) const;
+                                     std::optional<int64_t> loops, int64_t cache_window,
+                                     int64_t loop_slots = 0) const;
 
   // A KV cache for one sequence that will reach `total_len` positions. With a window it is a
   // ring of window + kRingSlack rows (so prefill can run in chunks), never more than needed.
+  // loop_slots: the recurrence-shared mode's slot groups (model::SlotLayout; 0 = exact).
   std::unique_ptr<model::KvCache> new_cache(int64_t loops, int64_t total_len, int64_t window,
-                                            ops::KvDType dtype) const;
+                                            ops::KvDType dtype, int64_t loop_slots = 0) const;
   static constexpr int64_t kRingSlack = 64;
 
  private:

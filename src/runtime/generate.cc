@@ -36,9 +36,14 @@ class LogitSource {
  public:
   // Early exit always keeps a cache: its latest rule is defined on the cache's slots, which
   // the uncached reference path (TINYLOOP_DISABLE_KV_CACHE) does not keep.
-  LogitSource(const Engine& e, int64_t loops, int64_t total_len, int64_t window, bool need_cache)
+  // The recurrence-shared mode (loop_slots) is defined by what the cache keeps, so it
+  // always keeps one too.
+  LogitSource(const Engine& e, int64_t loops, int64_t total_len, int64_t window, bool need_cache,
+              int64_t loop_slots = 0)
       : e_(e), loops_(loops), window_(window) {
-    if (need_cache || !e.kv_cache_disabled()) kv_ = e.new_cache(loops, total_len, window, e.kv_dtype());
+    if (loop_slots > 0 && loop_slots < loops) need_cache = true;
+    if (need_cache || !e.kv_cache_disabled())
+      kv_ = e.new_cache(loops, total_len, window, e.kv_dtype(), loop_slots);
   }
   // A sequence whose prompt a caller already put into kv (warm-start resume).
   LogitSource(const Engine& e, int64_t loops, std::unique_ptr<model::KvCache> kv)
@@ -131,6 +136,7 @@ void validate(const Engine& e, const GenerateRequest& r) {
   if (r.max_tokens < 1)
     throw std::invalid_argument("max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
   e.resolve_loops(r.loops);
+  e.check_loop_slots(r.kv_loop_slots);
   validate(r.sampling);
   if (r.cache_window < 0)
     throw std::invalid_argument("cache_window must be >= 0, got " + std::to_string(r.cache_window));
@@ -153,7 +159,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
   const int64_t loops = engine.resolve_loops(req.loops);
   const auto t0 = Clock::now();
   LogitSource source(engine, loops, static_cast<int64_t>(req.prompt.size()) + req.max_tokens,
-                     req.cache_window, req.early_exit.enabled());
+                     req.cache_window, req.early_exit.enabled(), req.kv_loop_slots);
   std::vector<float> logits;
   source.next(req.prompt, static_cast<int64_t>(req.prompt.size()), logits);
   return decode(engine, req, loops, source, std::move(logits), t0, ms_since(t0), on_token);
@@ -163,6 +169,12 @@ GenerateResult generate_after_prefill(const Engine& engine, const GenerateReques
                                       std::unique_ptr<model::KvCache> kv, std::vector<float> logits,
                                       Clock::time_point start, double prefill_ms,
                                       const TokenCallback& on_token) {
+  // The caller built the cache (resume handle, prefix cache): a shared slot layout it was
+  // not built with cannot be honoured here, so refuse instead of silently ignoring it.
+  if (req.kv_loop_slots > 0 && req.kv_loop_slots < loops && !kv->layout().shared())
+    throw std::invalid_argument(
+        "kv_loop_slots is not supported with resume_generate or prefix caches yet (their KV "
+        "is built with one slot group per iteration)");
   LogitSource source(engine, loops, std::move(kv));
   return decode(engine, req, loops, source, std::move(logits), start, prefill_ms, on_token);
 }

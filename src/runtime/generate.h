@@ -21,6 +21,9 @@ struct GenerateRequest {
   std::optional<int64_t> loops;  // default: config default_loops
   SamplingParams sampling;
   int64_t cache_window = 0;      // 0 = full cache; W > 0 = sliding window of W positions
+  // Recurrence-shared KV (docs/kv-cache.md): B > 0 slot groups for the loop iterations,
+  // iteration i in group i mod B; 0 (or B >= loops) = one slot group per iteration.
+  int64_t kv_loop_slots = 0;
   std::vector<std::vector<int32_t>> stop_sequences;
   std::optional<uint64_t> seed;  // none = fresh entropy
   bool stop_at_eos = true;       // the config's eos_ids end generation (kept in the output)

@@ -1,0 +1,244 @@
+"""KV storage modes (docs/kv-cache.md): the recurrence-shared mode (kv_loop_slots) against an
+independent numpy cached decode with the same slot mapping, INT8 KV against fp32, and long
+generation with a cache_window ring in every mode."""
+import math
+import os
+
+import numpy as np
+import pytest
+
+import tinyloop_py as tl
+from tinyloop import reference as ref
+from tinyloop.config import layer_prefixes, uses_rope
+
+from engine_models import rel_err
+
+PROMPT = np.array([5, 17, 3, 42, 8, 91, 23, 60, 11, 2, 77, 30, 9], dtype=np.int32)
+SHARED_VARIANTS = ["llama", "huginn", "ouro", "gpt_learned", "huginn_gqa_f16"]
+
+
+# ---------------------------------------------------------------------------------------
+# numpy cached decode with an explicit slot mapping (float64, K/V kept per position)
+
+
+class CachedReference:
+    """The looped forward over a growing sequence with a KV cache whose loop iterations map
+    to `groups` slot groups: iteration i writes and reads group i mod groups (groups = 0: one
+    group per iteration, the exact model). Each call to `forward(ids)` is one engine forward
+    (a prefill chunk or one decode step): its tokens write their K/V of a layer application
+    into the slot, then attend to every row the slot holds for positions <= their own (within
+    `window`). Built from reference.py's pieces, independent of the engine."""
+
+    def __init__(self, cfg, tensors, loops, groups=0, window=0):
+        self.cfg = ref._prepare(cfg, tensors)
+        self.t = tensors
+        self.loops = loops
+        self.groups = loops if groups <= 0 or groups >= loops else groups
+        self.window = window
+        self.p = layer_prefixes(self.cfg)
+        self.k: dict[int, dict[int, np.ndarray]] = {}  # slot -> position -> [KVH, hd] (roped)
+        self.v: dict[int, dict[int, np.ndarray]] = {}  # slot -> position -> [KVH, hd]
+        self.length = 0
+
+    def _attend(self, slot, pfx, h, pos):
+        c = self.cfg
+        H, KVH, hd = c["n_heads"], c["n_kv_heads"], c["head_dim"]
+        q, k, v = ref._qkv(c, self.t, pfx, h)  # [T, H hd], [T, KVH hd], [T, KVH hd]
+        q = q.reshape(len(pos), H, hd)
+        k = k.reshape(len(pos), KVH, hd)
+        v = v.reshape(len(pos), KVH, hd)
+        if uses_rope(c):
+            q = np.stack([ref._rope(c, q[:, i], pos) for i in range(H)], axis=1)
+            k = np.stack([ref._rope(c, k[:, g], pos) for g in range(KVH)], axis=1)
+        ks, vs = self.k.setdefault(slot, {}), self.v.setdefault(slot, {})
+        for t, p in enumerate(pos):
+            ks[int(p)], vs[int(p)] = k[t], v[t]
+        out = np.zeros((len(pos), H * hd))
+        for t, p in enumerate(pos):
+            lo = max(0, p - self.window + 1) if self.window > 0 else 0
+            keys = list(range(lo, p + 1))
+            K = np.stack([ks[j] for j in keys])  # [n, KVH, hd]
+            V = np.stack([vs[j] for j in keys])  # [n, KVH, hd]
+            for i in range(H):
+                g = i // (H // KVH)
+                w = ref._softmax(K[:, g] @ q[t, i] / math.sqrt(hd))  # [n]
+                out[t, i * hd:(i + 1) * hd] = w @ V[:, g]
+        return ref._linear(self.t, pfx + "attn.wo", out)  # [T, D]
+
+    def _layer(self, slot, pfx, h, pos):
+        c, t = self.cfg, self.t
+        n = lambda name, x: ref._norm(c, t, pfx + name, x)  # noqa: E731
+        attn = lambda x: self._attend(slot, pfx, x, pos)  # noqa: E731
+        mlp = lambda x: ref._mlp(c, t, pfx, x)  # noqa: E731
+        if c["norm_placement"] == "pre":
+            h = h + attn(n("attn_norm", h))
+            return h + mlp(n("mlp_norm", h))
+        if c["norm_placement"] == "huginn_sandwich":
+            h = n("attn_post_norm", h + attn(n("attn_norm", h)))
+            return n("mlp_post_norm", h + mlp(n("mlp_norm", h)))
+        h = h + n("attn_post_norm", attn(n("attn_norm", h)))
+        return h + n("mlp_post_norm", mlp(n("mlp_norm", h)))
+
+    def forward(self, ids):
+        """Logits [V] of the last of `ids` (appended at positions length ..)."""
+        c, t = self.cfg, self.t
+        pos = np.arange(self.length, self.length + len(ids))
+        n_pre, n_loop = len(self.p["pre"]), len(self.p["loop"])
+        x = ref.embed(c, t, ids, pos)
+        for i, pfx in enumerate(self.p["pre"]):
+            x = self._layer(i, pfx, x, pos)
+        s = ref.initial_state(c, x, pos)
+        for it in range(self.loops):
+            s = ref._inject(c, t, s, x)
+            for j, pfx in enumerate(self.p["loop"]):
+                s = self._layer(n_pre + (it % self.groups) * n_loop + j, pfx, s, pos)
+            if c["loop_norm"]:
+                s = ref._norm(c, t, "loop_norm", s)
+        if c["post_loop_norm"] == "final":
+            s = ref._norm(c, t, "final_norm", s)
+        elif c["post_loop_norm"] == "own":
+            s = ref._norm(c, t, "post_loop_norm", s)
+        post0 = n_pre + self.groups * n_loop
+        for k, pfx in enumerate(self.p["post"]):
+            s = self._layer(post0 + k, pfx, s, pos)
+        if c["final_norm"]:
+            s = ref._norm(c, t, "final_norm", s)
+        head = ref._w(t, "embed.weight" if c["tie_embeddings"] else "head.weight")
+        self.length += len(ids)
+        return s[-1] @ head.T  # [V]
+
+
+def cached_stepwise(m, ids, prefill, loops, groups, window=0):
+    """Logits [len(ids) - prefill + 1, V], as Model._stepwise_logits."""
+    r = CachedReference(m.cfg, m.tensors, loops, groups, window)
+    rows = [r.forward(ids[:prefill])]
+    for i in range(prefill, len(ids)):
+        rows.append(r.forward(ids[i:i + 1]))
+    return np.stack(rows)
+
+
+def cached_greedy(m, prompt, max_tokens, loops, groups, window=0):
+    r = CachedReference(m.cfg, m.tensors, loops, groups, window)
+    ids = [int(x) for x in prompt]
+    logits = r.forward(ids)
+    for _ in range(max_tokens):
+        ids.append(int(np.argmax(logits)))  # lowest index on ties, as the engine
+        if len(ids) - len(prompt) == max_tokens:
+            break
+        logits = r.forward(ids[-1:])
+    return ids
+
+
+# ---------------------------------------------------------------------------------------
+# recurrence-shared mode
+
+
+def test_cached_reference_exact_mode_is_the_reference_forward(test_models):
+    """The test's own decode, in the exact mode, reproduces reference.forward's rows."""
+    m = test_models["huginn"]
+    ids = PROMPT[:9]
+    got = cached_stepwise(m, ids, 5, loops=3, groups=0)
+    want = ref.forward(m.cfg, m.tensors, ids, 3)[4:]
+    assert rel_err(got, want) < 1e-12
+
+
+@pytest.mark.parametrize("name", SHARED_VARIANTS)
+@pytest.mark.parametrize("groups", [1, 2])
+def test_shared_logits_match_cached_reference(test_models, name, groups):
+    m = test_models[name]
+    L = 4
+    ids = np.random.default_rng(3).integers(0, m.cfg["vocab_size"], size=14).astype(np.int32)
+    with tl.Model(m.path, kv_mode="fp32") as model:
+        got = model._stepwise_logits(ids, 6, loops=L, kv_loop_slots=groups)
+        exact = model._stepwise_logits(ids, 6, loops=L)
+    want = cached_stepwise(m, ids, 6, L, groups)
+    assert rel_err(got, want) < 1e-4, f"{name} B={groups}: {rel_err(got, want):.2e}"
+    # The prefill row sees each iteration's own K/V, so it equals the exact mode's...
+    assert rel_err(got[0], exact[0]) < 1e-5
+    # ... while decode steps read past tokens through shared groups: really a different mode.
+    assert rel_err(got[1:], exact[1:]) > 1e-3
+
+
+@pytest.mark.parametrize("name", ["llama", "ouro", "huginn_gqa_f16"])
+@pytest.mark.parametrize("groups", [1, 2])
+def test_shared_greedy_tokens_match_cached_reference(test_models, name, groups):
+    m = test_models[name]
+    with tl.Model(m.path, kv_mode="fp32") as model:
+        got = model.generate(PROMPT[:5], max_tokens=12, loops=3, kv_loop_slots=groups,
+                             stop_at_eos=False)
+    assert got == cached_greedy(m, PROMPT[:5], 12, 3, groups)
+
+
+@pytest.mark.parametrize("kv_mode", ["fp16", "fp32", "int8"])
+def test_groups_at_least_loops_is_the_exact_mode_bit_for_bit(test_models, kv_mode):
+    m = test_models["ouro"]
+    ids = PROMPT
+    with tl.Model(m.path, kv_mode=kv_mode) as model:
+        exact = model._stepwise_logits(ids, 5, loops=3)
+        for B in (3, 4, 100):
+            np.testing.assert_array_equal(model._stepwise_logits(ids, 5, loops=3, kv_loop_slots=B), exact)
+        g0 = model.generate(PROMPT[:4], max_tokens=10, loops=3, stop_at_eos=False)
+        assert model.generate(PROMPT[:4], max_tokens=10, loops=3, kv_loop_slots=3,
+                              stop_at_eos=False) == g0
+
+
+def test_shared_cache_memory_does_not_grow_with_loops(test_models):
+    m = test_models["huginn"]
+    peaks = {}
+
+    def peak(model, loops, B):
+        seen = []
+        model.generate_stream(PROMPT[:4], lambda tok: seen.append(model.vram_usage_mb()),
+                              max_tokens=8, loops=loops, kv_loop_slots=B, stop_at_eos=False)
+        return max(seen)
+
+    with tl.Model(m.path, max_seq_len=64) as model:
+        base = model.vram_usage_mb()
+        for L in (2, 8):
+            for B in (0, 1):
+                peaks[L, B] = peak(model, L, B) - base
+    assert peaks[8, 1] == pytest.approx(peaks[2, 1], abs=1e-9)  # B = 1: independent of L
+    assert peaks[8, 0] > peaks[8, 1] * 2                         # exact: grows with L
+
+
+def test_shared_with_early_exit_latest_rule(test_models):
+    """Early exit with shared groups: a token that stops after iteration e leaves every group
+    a skipped iteration maps to holding iteration e's rows (the latest rule); with a
+    threshold that never fires, the output is the plain shared mode's."""
+    m = test_models["huginn"]
+    with tl.Model(m.path, kv_mode="fp32") as model:
+        plain = model.generate(PROMPT[:5], max_tokens=10, loops=6, kv_loop_slots=2, stop_at_eos=False)
+        never = model.generate(PROMPT[:5], max_tokens=10, loops=6, kv_loop_slots=2, stop_at_eos=False,
+                               early_exit_patience=1, early_exit_tau=0.0)
+        assert never == plain
+        res = model.generate_stream(PROMPT[:5], lambda t: True, max_tokens=10, loops=6,
+                                    kv_loop_slots=2, stop_at_eos=False, early_exit_patience=1,
+                                    early_exit_tau=10.0, early_exit_min_L=3)
+        assert max(res["loops_per_token"][1:]) < 6  # decode tokens really stopped early
+
+
+def test_kv_loop_slots_errors(test_models):
+    m = test_models["llama"]
+    with tl.Model(m.path) as model:
+        with pytest.raises(ValueError, match="kv_loop_slots"):
+            model.generate(PROMPT[:4], max_tokens=2, kv_loop_slots=-1)
+        with pytest.raises(ValueError, match="kv_loop_slots"):
+            model._stepwise_logits(PROMPT, 4, kv_loop_slots=-2)
+        cache = model.build_prefix_cache(PROMPT[:6], loops=3)
+        # The prefix cache path ignores no kwarg silently: it has none for kv_loop_slots.
+        with pytest.raises(TypeError):
+            model.generate_from_prefix_cache(cache, PROMPT[6:9], loops=3, kv_loop_slots=1)
+
+
+def test_shared_needs_the_cache_path(test_models):
+    m = test_models["llama"]
+    os.environ["TINYLOOP_DISABLE_KV_CACHE"] = "1"
+    try:
+        with tl.Model(m.path, kv_mode="fp32") as model:
+            with pytest.raises(ValueError, match="TINYLOOP_DISABLE_KV_CACHE"):
+                model._stepwise_logits(PROMPT, 4, loops=3, kv_loop_slots=1)
+            # generate keeps a cache for the mode (as early exit does), so it still works.
+            got = model.generate(PROMPT[:5], max_tokens=6, loops=3, kv_loop_slots=1, stop_at_eos=False)
+    finally:
+        os.environ.pop("TINYLOOP_DISABLE_KV_CACHE")
+    assert got == cached_greedy(m, PROMPT[:5], 6, 3, 1)
