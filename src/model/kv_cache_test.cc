@@ -1,0 +1,105 @@
+// KvCache storage modes: the recurrence-shared slot layout, INT8 slot layout (values +
+// scales), copy_row with scales and shared groups, and the shared-prefix refusals.
+#include "model/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+namespace tinyloop::model {
+namespace {
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.n_kv_heads = 2;
+  c.head_dim = 5;  // odd: scales must still land 4-byte aligned
+  c.n_pre_blocks = 1;
+  c.n_loop_layers = 2;
+  c.n_post_blocks = 1;
+  return c;
+}
+
+TEST(SlotLayout, GroupsMapIterationsModuloB) {
+  const ModelConfig c = small_config();
+  const SlotLayout exact(c, 6), b1(c, 6, 1), b4(c, 6, 4), big(c, 6, 9);
+  EXPECT_EQ(exact.count(), 1 + 6 * 2 + 1);
+  EXPECT_FALSE(exact.shared());
+  EXPECT_EQ(big.groups, 6);  // B >= L is the exact layout
+  EXPECT_EQ(big.count(), exact.count());
+  EXPECT_EQ(b1.count(), 1 + 2 + 1);
+  EXPECT_TRUE(b1.shared());
+  for (int64_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(b1.loop(i, 1), 2);
+    EXPECT_EQ(b4.loop(i, 0), 1 + (i % 4) * 2);
+    EXPECT_EQ(exact.loop(i, 1), big.loop(i, 1));
+  }
+  EXPECT_EQ(b4.post(0), 1 + 4 * 2);
+  EXPECT_EQ(b1.post(0), 3);
+}
+
+TEST(KvCache, BytesPerModeAndSharedGroups) {
+  const ModelConfig c = small_config();
+  const int64_t cap = 7;
+  KvCache f32(c, 4, cap, 0, ops::KvDType::F32, nullptr);
+  KvCache f16(c, 4, cap, 0, ops::KvDType::F16, nullptr);
+  KvCache i8(c, 4, cap, 0, ops::KvDType::I8, nullptr);
+  KvCache b1(c, 4, cap, 0, ops::KvDType::F16, nullptr, 0, 1);
+  EXPECT_EQ(f32.bytes_per_position_per_slot(), 2 * 10 * 4);
+  EXPECT_EQ(f16.bytes_per_position_per_slot(), 2 * 10 * 2);
+  EXPECT_EQ(i8.bytes_per_position_per_slot(), 2 * 10 + 2 * 2 * 4);
+  EXPECT_GE(i8.bytes(), i8.slot_count() * cap * i8.bytes_per_position_per_slot());
+  EXPECT_LT(i8.bytes(), f16.bytes());
+  EXPECT_EQ(b1.slot_count(), 4);
+  EXPECT_LT(b1.bytes(), f16.bytes());
+  EXPECT_THROW(KvCache(c, 4, cap, 0, ops::KvDType::F16, nullptr, 0, -1), std::invalid_argument);
+}
+
+TEST(KvCache, Int8WriteViewAndCopyRowCarryScales) {
+  const ModelConfig c = small_config();
+  KvCache kv(c, 3, 4, 0, ops::KvDType::I8, nullptr);
+  std::vector<float> k(10), v(10);  // [n_kv_heads, head_dim] of one position
+  for (int i = 0; i < 10; ++i) {
+    k[size_t(i)] = float(i - 4) * (i < 5 ? 1.f : 100.f);  // different scales per kv head
+    v[size_t(i)] = float(i) * 0.5f;
+  }
+  const int64_t pos = 6;  // ring row 2
+  const int64_t src = kv.layout().loop(0, 1), dst = kv.layout().loop(2, 1);
+  kv.write(src, k.data(), v.data(), &pos, 1);
+  const ops::KvView a = kv.view(src);
+  ASSERT_NE(a.k_scale, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.k_scale) % alignof(float), 0u);
+  EXPECT_FLOAT_EQ(a.k_scale[2 * 2 + 0], 4.f / 127.f);
+  EXPECT_FLOAT_EQ(a.k_scale[2 * 2 + 1], 500.f / 127.f);
+  kv.copy_row(src, dst, pos);
+  const ops::KvView b = kv.view(dst);
+  EXPECT_EQ(b.k_scale[4], a.k_scale[4]);
+  EXPECT_EQ(b.v_scale[5], a.v_scale[5]);
+  EXPECT_EQ(0, std::memcmp(static_cast<const int8_t*>(b.k) + 2 * 10,
+                           static_cast<const int8_t*>(a.k) + 2 * 10, 10));
+  kv.copy_row(src, src, pos);  // same slot (shared group): a no-op, not an overlapping copy
+  auto clone = kv.clone();
+  EXPECT_EQ(clone->view(dst).v_scale[5], a.v_scale[5]);
+}
+
+TEST(KvCache, SharedPrefixRefusesInt8AndSharedGroups) {
+  const ModelConfig c = small_config();
+  KvCache pre8(c, 2, 4, 0, ops::KvDType::I8, nullptr), tail8(c, 2, 4, 0, ops::KvDType::I8, nullptr);
+  EXPECT_THROW(
+      {
+        try {
+          tail8.set_shared_prefix(&pre8);
+        } catch (const std::invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find("int8"), std::string::npos);
+          throw;
+        }
+      },
+      std::invalid_argument);
+  KvCache pre(c, 4, 4, 0, ops::KvDType::F16, nullptr, 0, 1);
+  KvCache tail(c, 4, 4, 0, ops::KvDType::F16, nullptr, 0, 1);
+  EXPECT_THROW(tail.set_shared_prefix(&pre), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace tinyloop::model
