@@ -10,7 +10,8 @@
 
 namespace tinyloop {
 
-// Raw safetensors dtype of a stored tensor (only F32/F16/BF16 are computable in v1).
+// Raw safetensors dtype of a stored tensor: F32/F16/BF16 weights, and (format version 2)
+// I8 / U8 for int8 / int4 weights with `.scales` / `.offsets` companions.
 enum class StoredDType { F32, F16, BF16, I8, U8, I32, I64, F64, Unknown };
 
 struct TensorInfo {
@@ -25,7 +26,8 @@ struct TensorInfo {
 class ModelFile {
  public:
   // Maps and validates the container, the config, and the config<->tensor consistency
-  // (every needed tensor present with the right shape and a v1 dtype, none left over), as
+  // (every needed tensor present with the right shape and a supported dtype, quantized
+  // weights with consistent companions, none left over), as
   // docs/model-format.md lists. Throws FileNotFound for a missing/unreadable path (or one that
   // is not a regular file), FormatError naming the problem otherwise.
   static std::shared_ptr<const ModelFile> open(const std::string& path);

@@ -7,13 +7,26 @@ namespace tinyloop::cpu::detail {
 
 // One matmul call: y[T, N] = x[T, K] @ W[N, K]^T (+ bias[N]).
 struct MatmulArgs {
-  const float* x;     // [T, K]
+  const float* x;     // [T, K] (int4: [T, ldx], the columns permuted, see below)
   int64_t T;
-  const void* w;      // [N, K] in the weight dtype
+  const void* w;      // [N, K] in the weight dtype (int4: [N, K / 2] bytes)
   int64_t N, K;
   const float* bias;  // [N] or null
   float* y;           // [T, N]
+  // Quantized weights only (ops::WeightView has the formulas).
+  int64_t group = 0;
+  bool scale_f16 = false;
+  const void* scales = nullptr;   // [N, K / group]
+  const void* offsets = nullptr;  // [N, K / group], int4
+  int64_t ldx = 0;                // int4: row stride of the permuted x
 };
+
+// int4 kernels read a block of B bytes of a weight row (2B columns) as B low nibbles (the
+// even columns) and B high nibbles (the odd columns), B = the target's float lane count.
+// So the driver hands them x with each block of 2B columns permuted to [the B even
+// columns, the B odd columns], zero-padded to whole blocks: x_perm [T, ceil(K / 2B) * 2B].
+// The permutation is the same for every row and call, so batch invariance is kept.
+int64_t int4_block_bytes();  // B of the target the dispatcher picks now
 
 // Calls with T <= kFusedMaxRows widen the weights in registers as they stream past (one
 // pass over W for all rows: decode, speculative verify); larger T first widens a tile of
@@ -32,5 +45,7 @@ using MatmulRangeFn = void (*)(const MatmulArgs& a, int64_t n0, int64_t n1);
 MatmulRangeFn matmul_range_f32();
 MatmulRangeFn matmul_range_f16();
 MatmulRangeFn matmul_range_bf16();
+MatmulRangeFn matmul_range_i8();
+MatmulRangeFn matmul_range_u4();
 
 }  // namespace tinyloop::cpu::detail

@@ -25,7 +25,10 @@ using json = nlohmann::json;
 
 constexpr uint64_t kHeaderLenBytes = 8;
 constexpr const char* kMetadataKey = "__metadata__";
-constexpr const char* kFormatVersion = "1";
+// Version 1: float weights. Version 2 adds int8 / int4 weights (I8 / U8 tensors with
+// `.scales` / `.offsets` companions); a version-1 file must not hold them.
+constexpr const char* kFormatVersion1 = "1";
+constexpr const char* kFormatVersion2 = "2";
 
 std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
@@ -139,8 +142,8 @@ void check_format(const std::map<std::string, std::string>& md, const std::strin
   const std::string& format = required_key(md, "format", path);
   if (format != "tinyloop") fail(path, "__metadata__ format is " + quoted(format) + ", expected 'tinyloop'");
   const std::string& version = required_key(md, "format_version", path);
-  if (version != kFormatVersion)
-    fail(path, "unknown format_version " + quoted(version) + " (this reader knows version 1)");
+  if (version != kFormatVersion1 && version != kFormatVersion2)
+    fail(path, "unknown format_version " + quoted(version) + " (this reader knows versions 1 and 2)");
 }
 
 ModelConfig read_config(const std::map<std::string, std::string>& md, const std::string& path) {
@@ -307,9 +310,22 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Norm weights and all biases are F32 in version 1; everything else is a computable weight.
+// Norm weights and all biases are F32; everything else is a computable weight.
 bool must_be_f32(const std::string& name) {
   return ends_with(name, ".bias") || ends_with(name, "norm.weight");
+}
+
+bool is_quant_dtype(StoredDType t) { return t == StoredDType::I8 || t == StoredDType::U8; }
+
+// The weights that may be stored int8 / int4: every linear, the embedding and the head.
+bool quantizable(const std::string& name) {
+  static const char* const kSuffixes[] = {
+      ".attn.wq.weight", ".attn.wk.weight", ".attn.wv.weight", ".attn.wqkv.weight",
+      ".attn.wo.weight", ".mlp.w_gate.weight", ".mlp.w_up.weight", ".mlp.w_down.weight"};
+  if (name == "inject.weight" || name == "embed.weight" || name == "head.weight") return true;
+  for (const char* s : kSuffixes)
+    if (ends_with(name, s)) return true;
+  return false;
 }
 
 void check_dtype(const TensorInfo& t, const std::string& path) {
@@ -322,7 +338,60 @@ void check_dtype(const TensorInfo& t, const std::string& path) {
                           t.dtype == StoredDType::BF16;
   if (!computable)
     fail_tensor(path, t.name, "dtype " + t.dtype_name +
-                                  " not supported by format version 1 (weights must be F32, F16 or BF16)");
+                                  " not supported (weights are F32, F16 or BF16, or I8 / U8 with "
+                                  "scales under format version 2)");
+}
+
+// A quantized weight `name` (expected logical shape [N, K]) and its companions: the stored
+// shape ([N, K] for I8, [N, K / 2] for U8), `.scales` (and `.offsets` for U8) F16 or F32
+// of one dtype, shaped [N, K / G] with G dividing K (and even for U8).
+void check_quantized(const TensorInfo& t, const std::vector<int64_t>& shape,
+                     const std::map<std::string, TensorInfo>& tensors, const std::string& path) {
+  const bool u4 = t.dtype == StoredDType::U8;
+  if (!quantizable(t.name))
+    fail_tensor(path, t.name, "dtype " + t.dtype_name + ": only linear, embed and head weights may be quantized");
+  const int64_t N = shape.at(0), K = shape.at(1);
+  if (u4 && K % 2 != 0)
+    fail_tensor(path, t.name, "dtype U8 (int4) needs an even number of columns, the config gives " + std::to_string(K));
+  const std::vector<int64_t> stored = {N, u4 ? K / 2 : K};
+  if (t.shape != stored)
+    fail_tensor(path, t.name, "wrong shape: expected " + shape_str(stored) + (u4 ? " (int4: [out, in / 2])" : "") +
+                                  ", found " + shape_str(t.shape));
+  const TensorInfo* scales = nullptr;
+  for (const char* suffix : {".scales", ".offsets"}) {
+    if (!u4 && std::string(suffix) == ".offsets") {
+      if (tensors.count(t.name + suffix))
+        fail_tensor(path, t.name + suffix, "left over: an I8 (int8) weight has no offsets");
+      break;
+    }
+    const std::string cname = t.name + suffix;
+    const auto it = tensors.find(cname);
+    if (it == tensors.end()) fail_tensor(path, cname, "missing (the " + t.dtype_name + " weight needs it)");
+    const TensorInfo& c = it->second;
+    if (c.dtype != StoredDType::F16 && c.dtype != StoredDType::F32)
+      fail_tensor(path, cname, "dtype " + c.dtype_name + " not supported: scales and offsets are F16 or F32");
+    if (!scales) {
+      if (c.shape.size() != 2 || c.shape[0] != N || c.shape[1] <= 0 || K % c.shape[1] != 0)
+        fail_tensor(path, cname, "wrong shape " + shape_str(c.shape) + ": expected [" + std::to_string(N) +
+                                     ", K / G] with the group size G dividing K = " + std::to_string(K));
+      if (u4 && (K / c.shape[1]) % 2 != 0)
+        fail_tensor(path, cname, "group size " + std::to_string(K / c.shape[1]) +
+                                     " is odd (int4 packs two columns a byte, so it must be even)");
+      scales = &c;
+    } else {
+      if (c.dtype != scales->dtype)
+        fail_tensor(path, cname, "dtype " + c.dtype_name + " differs from the scales' " + scales->dtype_name);
+      if (c.shape != scales->shape)
+        fail_tensor(path, cname, "shape " + shape_str(c.shape) + " differs from the scales' " + shape_str(scales->shape));
+    }
+  }
+}
+
+// The companion's weight when `name` is "<weight>.scales" / "<weight>.offsets", else "".
+std::string companion_base(const std::string& name) {
+  for (const char* suffix : {".scales", ".offsets"})
+    if (ends_with(name, suffix)) return name.substr(0, name.size() - std::strlen(suffix));
+  return "";
 }
 
 void check_layer_count(const ModelConfig& c, size_t n_tensors, const std::string& path) {
@@ -335,19 +404,35 @@ void check_layer_count(const ModelConfig& c, size_t n_tensors, const std::string
 }
 
 void check_against_config(const ModelConfig& c, const std::map<std::string, TensorInfo>& tensors,
-                          const std::string& path) {
+                          const std::string& version, const std::string& path) {
+  if (version == kFormatVersion1)
+    for (const auto& [name, info] : tensors)
+      if (is_quant_dtype(info.dtype))
+        fail_tensor(path, name, "dtype " + info.dtype_name +
+                                    " (quantized weights) not supported by format version 1 (needs format_version 2)");
   check_layer_count(c, tensors.size(), path);
   const auto expected = expected_tensor_shapes(c);
   for (const auto& [name, shape] : expected) {
     const auto it = tensors.find(name);
     if (it == tensors.end()) fail_tensor(path, name, "required by the config but missing");
+    if (is_quant_dtype(it->second.dtype)) {
+      check_quantized(it->second, shape, tensors, path);
+      continue;
+    }
     if (it->second.shape != shape)
       fail_tensor(path, name, "wrong shape: expected " + shape_str(shape) + ", found " +
                                   shape_str(it->second.shape));
     check_dtype(it->second, path);
   }
-  for (const auto& [name, info] : tensors)
-    if (!expected.count(name)) fail_tensor(path, name, "left over: not used by the config");
+  for (const auto& [name, info] : tensors) {
+    if (expected.count(name)) continue;
+    // A companion is used when its weight is an expected quantized tensor (I8 offsets were
+    // refused above by check_quantized).
+    const std::string base = companion_base(name);
+    const auto w = base.empty() ? tensors.end() : tensors.find(base);
+    if (w != tensors.end() && expected.count(base) && is_quant_dtype(w->second.dtype)) continue;
+    fail_tensor(path, name, "left over: not used by the config");
+  }
 }
 
 }  // namespace
@@ -384,7 +469,7 @@ std::shared_ptr<const ModelFile> ModelFile::open(const std::string& path) {
     f->tensors_.emplace(e.info.name, std::move(e.info));
   }
   f->config_ = read_config(f->metadata_, path);
-  check_against_config(f->config_, f->tensors_, path);
+  check_against_config(f->config_, f->tensors_, f->metadata_.at("format_version"), path);
   return f;
 }
 

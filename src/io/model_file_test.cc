@@ -204,8 +204,8 @@ TEST(ModelFileCorrupt, WrongFormatOrUnknownVersion) {
   raw.header["__metadata__"]["format"] = "gguf";
   EXPECT_THAT(format_error_of(raw), HasSubstr("format is 'gguf', expected 'tinyloop'"));
   raw = make_raw_file(tiny_config());
-  raw.header["__metadata__"]["format_version"] = "2";
-  EXPECT_THAT(format_error_of(raw), HasSubstr("unknown format_version '2'"));
+  raw.header["__metadata__"]["format_version"] = "3";
+  EXPECT_THAT(format_error_of(raw), HasSubstr("unknown format_version '3'"));
 }
 
 TEST(ModelFileCorrupt, UnknownDtype) {
@@ -342,14 +342,17 @@ TEST(ModelFileCorrupt, LeftOverTensor) {
 }
 
 TEST(ModelFileCorrupt, WeightDtypeV1CannotCompute) {
-  for (const char* dt : {"I8", "U8", "I32"}) {
+  for (const char* dt : {"I8", "U8"}) {
     RawFile raw = make_raw_file(tiny_config());
     retype_tensor(raw, "loop.0.attn.wq.weight", dt, {8, 8});
     EXPECT_THAT(format_error_of(raw),
                 HasSubstr(std::string("'loop.0.attn.wq.weight': dtype ") + dt +
-                          " not supported by format version 1"))
+                          " (quantized weights) not supported by format version 1"))
         << dt;
   }
+  RawFile raw = make_raw_file(tiny_config());
+  retype_tensor(raw, "loop.0.attn.wq.weight", "I32", {8, 8});
+  EXPECT_THAT(format_error_of(raw), HasSubstr("'loop.0.attn.wq.weight': dtype I32 not supported"));
 }
 
 TEST(ModelFileCorrupt, NormsAndBiasesMustBeF32) {

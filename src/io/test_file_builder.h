@@ -67,6 +67,63 @@ inline RawFile make_raw_file(const ModelConfig& c, const std::string& weight_dty
   return f;
 }
 
+// One tensor of a file being built (data: a fixed byte pattern).
+struct TestTensor {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+};
+
+// Lays `tensors` out in order of decreasing element size (stable), so every tensor is
+// aligned, with `metadata` as __metadata__. Tests build a valid list, edit one entry (drop,
+// retype, reshape) and build again: the layout stays valid, only the intended check fires.
+inline RawFile build_raw_file(std::vector<TestTensor> tensors, const nlohmann::json& metadata) {
+  std::stable_sort(tensors.begin(), tensors.end(), [](const TestTensor& a, const TestTensor& b) {
+    return test_elem_size(a.dtype) > test_elem_size(b.dtype);
+  });
+  RawFile f;
+  for (const TestTensor& t : tensors) {
+    uint64_t n = test_elem_size(t.dtype);
+    for (int64_t d : t.shape) n *= uint64_t(d);
+    const uint64_t begin = f.data.size();
+    for (uint64_t i = 0; i < n; ++i) f.data.push_back(uint8_t((begin + i) * 131 + 7));
+    f.header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {begin, begin + n}}};
+  }
+  f.header["__metadata__"] = metadata;
+  return f;
+}
+
+// The tensors of `c` with every linear, the embedding and the head quantized (format
+// version 2): qdtype "I8" ([N, K]) or "U8" (int4, [N, K / 2]), group size G, companions
+// `.scales` (and `.offsets` for U8) of scale_dtype [N, K / G]. Everything else F32.
+inline std::vector<TestTensor> quantized_tensors(const ModelConfig& c, const std::string& qdtype,
+                                                 int64_t G, const std::string& scale_dtype = "F16") {
+  const auto ends = [](const std::string& n, const std::string& s) {
+    return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
+  };
+  std::vector<TestTensor> out;
+  for (const auto& [name, shape] : expected_tensor_shapes(c)) {
+    const bool quant = shape.size() == 2 && (name == "embed.weight" || name == "head.weight" ||
+                                             name == "inject.weight" || ends(name, "attn.wq.weight") ||
+                                             ends(name, "attn.wk.weight") || ends(name, "attn.wv.weight") ||
+                                             ends(name, "attn.wqkv.weight") || ends(name, "attn.wo.weight") ||
+                                             ends(name, "mlp.w_gate.weight") || ends(name, "mlp.w_up.weight") ||
+                                             ends(name, "mlp.w_down.weight"));
+    if (!quant) {
+      out.push_back({name, "F32", shape});
+      continue;
+    }
+    const int64_t N = shape[0], K = shape[1];
+    out.push_back({name, qdtype, {N, qdtype == "U8" ? K / 2 : K}});
+    out.push_back({name + ".scales", scale_dtype, {N, K / G}});
+    if (qdtype == "U8") out.push_back({name + ".offsets", scale_dtype, {N, K / G}});
+  }
+  return out;
+}
+
+inline nlohmann::json test_metadata(const ModelConfig& c, const std::string& version) {
+  return {{"format", "tinyloop"}, {"format_version", version}, {"config", config_to_json(c)}};
+}
+
 // 8-byte little-endian header length, the header padded with spaces to a 64-byte boundary,
 // then the data section.
 inline std::vector<uint8_t> serialize_header_and_data(const std::string& header_text,

@@ -19,8 +19,10 @@ DType compute_dtype(const TensorInfo& t) {
     case StoredDType::F32: return DType::F32;
     case StoredDType::F16: return DType::F16;
     case StoredDType::BF16: return DType::BF16;
+    case StoredDType::I8: return DType::I8;
+    case StoredDType::U8: return DType::U4;  // int4, two columns a byte
     default: throw FormatError("tensor '" + t.name + "': dtype " + t.dtype_name +
-                               " cannot be computed with (F32, F16 or BF16 expected)");
+                               " cannot be computed with (F32, F16, BF16, I8 or U8 expected)");
   }
 }
 
@@ -31,6 +33,15 @@ ops::WeightView matrix(const ModelFile& f, const std::string& name) {
   v.data = t.data;
   v.rows = t.shape.at(0);
   v.cols = t.shape.size() > 1 ? t.shape[1] : 1;
+  if (is_quantized(v.dtype)) {
+    // Companions as the loader validated them: scales (and offsets) [N, K / G], F16 / F32.
+    if (v.dtype == DType::U4) v.cols *= 2;  // stored [N, K / 2]
+    const TensorInfo& s = require(f, name + ".scales");
+    v.scales = s.data;
+    v.scale_dtype = s.dtype == StoredDType::F16 ? DType::F16 : DType::F32;
+    v.group = v.cols / s.shape.at(1);
+    if (v.dtype == DType::U4) v.offsets = require(f, name + ".offsets").data;
+  }
   return v;
 }
 

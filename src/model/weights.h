@@ -16,7 +16,8 @@ struct NormWeights {
   const float* b = nullptr;
 };
 
-// A linear layer: W [out, in] in its stored dtype, bias [out] (float) or nullptr.
+// A linear layer: W [out, in] in its stored dtype (int8 / int4 with their scales in the
+// view), bias [out] (float) or nullptr.
 struct Linear {
   ops::WeightView w;
   const float* bias = nullptr;

@@ -11,8 +11,14 @@ size_t dtype_size(DType t) {
     case DType::F32: return 4;
     case DType::F16: return 2;
     case DType::BF16: return 2;
+    case DType::I8: return 1;
+    case DType::U4: return 1;
   }
   return 0;  // not reached for a valid enum value
+}
+
+int64_t weight_row_bytes(DType t, int64_t cols) {
+  return t == DType::U4 ? cols / 2 : cols * int64_t(dtype_size(t));
 }
 
 const char* dtype_name(DType t) {
@@ -20,6 +26,8 @@ const char* dtype_name(DType t) {
     case DType::F32: return "F32";
     case DType::F16: return "F16";
     case DType::BF16: return "BF16";
+    case DType::I8: return "I8";
+    case DType::U4: return "U4";
   }
   return "?";
 }

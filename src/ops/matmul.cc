@@ -1,4 +1,5 @@
-// Scalar reference matmul: y[T, N] = x[T, K] @ W[N, K]^T (+ bias), W in F32 / F16 / BF16.
+// Scalar reference matmul: y[T, N] = x[T, K] @ W[N, K]^T (+ bias), W in F32 / F16 / BF16,
+// or int8 / int4 (dequantized row by row into the same float block buffer, ops/weight_quant_inl.h).
 //
 // Layout of the loops (outer to inner):
 //   1. blocks of x rows small enough to stay in L2 (so a long prefill does not stream all of
@@ -22,6 +23,7 @@
 
 #include "ops/convert_inl.h"
 #include "ops/reference.h"
+#include "ops/weight_quant_inl.h"
 
 namespace tinyloop::ops::ref {
 namespace {
@@ -58,10 +60,14 @@ inline void kernel_2x4(const float* x0, const float* x1, const float* w0, const 
   out[4] = a10, out[5] = a11, out[6] = a12, out[7] = a13;
 }
 
-// Decode rows [n0, n0 + nb) of a 16-bit weight into buf[nb, K].
+// Decode rows [n0, n0 + nb) of a 16-bit or quantized weight into buf[nb, K].
 //   buf  [nb, K]
 void decode_rows(const WeightView& w, int64_t n0, int64_t nb, float* buf) {
   const int64_t K = w.cols;
+  if (is_quantized(w.dtype)) {
+    for (int64_t r = 0; r < nb; ++r) detail::dequantize_row(w, n0 + r, buf + r * K);
+    return;
+  }
   const auto* src = static_cast<const uint16_t*>(w.data) + n0 * K;  // [nb, K]
   if (w.dtype == DType::F16) {
     detail::half_row_to_float(src, nb * K, buf);
@@ -81,6 +87,7 @@ void matmul(const float* x, int64_t T, const WeightView& w, const float* bias, f
       for (int64_t n = 0; n < N; ++n) y[t * N + n] = bias ? bias[n] : 0.f;
     return;
   }
+  if (is_quantized(w.dtype)) detail::check_quant_view(w);
 
   // Weight rows per block: as many whole micro-kernel groups as fit the L1 budget.
   const int64_t nb_max =
@@ -136,6 +143,10 @@ void weight_row_to_f32(const WeightView& w, int64_t row, float* out) {
       return;
     case DType::BF16:
       detail::bf16_row_to_float(static_cast<const uint16_t*>(w.data) + row * K, K, out);
+      return;
+    case DType::I8:
+    case DType::U4:
+      detail::dequantize_row(w, row, out);
       return;
   }
 }

@@ -16,18 +16,30 @@ void set_force_scalar(bool scalar);
 bool force_scalar();
 
 // A weight matrix as stored in the model file: [rows = out, cols = in], row-major.
+// Quantized (docs/model-format.md, version 2), K split into groups of `group` columns:
+//   I8: data int8 [N, K];        W[n, k] = scales[n, k / group] * q[n, k]
+//   U4: data uint8 [N, K / 2];   W[n, k] = scales[n, g] * q[n, k] + offsets[n, g], g = k / group
+//       (q in 0..15; column 2b in the low nibble of byte b, 2b + 1 in the high nibble).
+// The dequantized weight is formed in float32: the scalar reference rounds the product and
+// the sum separately, the SIMD kernels may fuse them (one rounding): at most 1 ulp of W apart.
 struct WeightView {
   DType dtype = DType::F32;
   const void* data = nullptr;
   int64_t rows = 0;  // output features N
-  int64_t cols = 0;  // input features K
+  int64_t cols = 0;  // input features K (logical: a U4 row holds K / 2 bytes)
+  int64_t group = 0;                // quantized only: columns per scale, divides K (even for U4)
+  DType scale_dtype = DType::F32;   // quantized only: F32 or F16 scales / offsets
+  const void* scales = nullptr;     // quantized only: [N, K / group]
+  const void* offsets = nullptr;    // U4 only: [N, K / group]
 };
 
 // y[T, N] = x[T, K] @ W[N, K]^T (+ bias[N] when bias != nullptr). Accumulates in float.
+// Quantized weights are dequantized inside the product (never materialised whole).
 // x and y must not alias.
 void matmul(const float* x, int64_t T, const WeightView& w, const float* bias, float* y);
 
-// Copy row `row` of W (any dtype) into out[cols] as float (embedding lookup, tied head).
+// Copy row `row` of W (any dtype, quantized ones dequantized as the scalar reference does)
+// into out[cols] as float (embedding lookup).
 void weight_row_to_f32(const WeightView& w, int64_t row, float* out);
 
 // y[T, D] = x / sqrt(mean(x^2) + eps) * w[D]. y may alias x.

@@ -1,0 +1,281 @@
+// Per-target matmul kernels for int8 / int4 weights (ops::WeightView), included once per
+// Highway target by matmul_int8.cc and matmul_int4.cc. The weights are dequantized in
+// registers, a vector of Lanes columns at a time, and go into the same per-element
+// arithmetic as the float kernels of matmul-inl.h:
+//   acc = 0; for each chunk: acc = MulAdd(x chunk, W chunk, acc); y = SumOfLanes(acc) (+ b)
+// W chunk (int8)  = float(q) * scale                     (one rounding, as the reference)
+// W chunk (int4)  = MulAdd(float(q), scale, offset)      (fused: <= 1 ulp from the reference)
+// Decode (T <= kFusedMaxRows) dequantizes each row once for all x rows as it streams past;
+// prefill first dequantizes a tile of rows into a float buffer with the SAME chunk function
+// and runs the float DotTile over it, so both paths give the same bits (batch invariance).
+//
+// int4 columns: a block of B = Lanes bytes holds 2B columns; its low nibbles (the even
+// columns) form one float vector and its high nibbles (the odd ones) the next, against x
+// permuted the same way by the driver (matmul_internal.h). A partial last block is padded
+// with zero weights and zero x.
+//
+// Scales: one broadcast per chunk when the chunk lies inside one group (G a multiple of the
+// chunk's columns: the GGUF G = 32 on every target); otherwise per-lane scales gathered in a
+// scalar loop (slow but the same values).
+#if defined(TINYLOOP_CPU_MATMUL_QUANT_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef TINYLOOP_CPU_MATMUL_QUANT_INL_H_
+#undef TINYLOOP_CPU_MATMUL_QUANT_INL_H_
+#else
+#define TINYLOOP_CPU_MATMUL_QUANT_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cpu/matmul-inl.h"
+#include "cpu/matmul_internal.h"
+#include "cpu/simd-inl.h"
+#include "hwy/highway.h"
+#include "ops/convert_inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace tinyloop::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// One quantized weight row n.
+struct QuantRow {
+  const uint8_t* q;   // int8 [K] (as bytes) / int4 [K / 2]
+  const void* s;      // [K / G] scales of this row
+  const void* o;      // [K / G] offsets of this row (int4), else null
+  bool f16;           // scales / offsets are F16 (else F32)
+  int64_t G, K;
+  float param(const void* p, int64_t g) const {
+    return f16 ? ops::detail::half_to_float(static_cast<const uint16_t*>(p)[g])
+               : static_cast<const float*>(p)[g];
+  }
+  float scale(int64_t g) const { return param(s, g); }
+  float offset(int64_t g) const { return o ? param(o, g) : 0.f; }
+};
+
+HWY_INLINE QuantRow RowOf(const detail::MatmulArgs& a, int64_t n, bool int4) {
+  const int64_t n_groups = a.K / a.group;
+  const int64_t psize = a.scale_f16 ? 2 : 4;
+  QuantRow r;
+  r.q = static_cast<const uint8_t*>(a.w) + n * (int4 ? a.K / 2 : a.K);
+  r.s = static_cast<const char*>(a.scales) + n * n_groups * psize;
+  r.o = int4 ? static_cast<const char*>(a.offsets) + n * n_groups * psize : nullptr;
+  r.f16 = a.scale_f16;
+  r.G = a.group;
+  r.K = a.K;
+  return r;
+}
+
+// The group of the columns a row walk is at; columns only grow, so moving on is one step
+// (or one division when a chunk skipped whole groups: G < chunk width).
+struct GroupCursor {
+  int64_t G;
+  int64_t g = -1, end = 0;  // current group and its first column past the end
+  float s = 0.f, o = 0.f;
+  HWY_INLINE void Seek(const QuantRow& r, int64_t k) {
+    if (k < end) return;
+    g = k < end + G ? g + 1 : k / G;
+    end = (g + 1) * G;
+    s = r.scale(g);
+    o = r.offset(g);
+  }
+};
+
+// Columns k .. k+n (n <= Lanes) of an int8 row, dequantized; lanes past n are 0.
+template <class DF>
+HWY_INLINE hn::Vec<DF> DequantI8(DF df, const QuantRow& r, GroupCursor& c, int64_t k, int64_t n) {
+  const hn::Rebind<int8_t, DF> d8;
+  const hn::RebindToSigned<DF> di;
+  const int64_t L = int64_t(hn::Lanes(df));
+  constexpr size_t kMax = hn::MaxLanes(DF());
+  const int8_t* q = reinterpret_cast<const int8_t*>(r.q) + k;
+  hn::Vec<DF> qf;
+  if (n == L) {
+    qf = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q)));
+  } else {  // row tail: never read past the row (it may end the mapping)
+    alignas(64) int8_t pad[kMax] = {};
+    std::memcpy(pad, q, size_t(HWY_MIN(n, int64_t(kMax))));
+    qf = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, pad)));
+  }
+  c.Seek(r, k);
+  hn::Vec<DF> s;
+  if (k + n <= c.end) {
+    s = hn::Set(df, c.s);
+  } else {  // the chunk spans groups
+    alignas(64) float lanes[kMax] = {};
+    for (int64_t j = 0; j < n; ++j) lanes[j] = r.scale((k + j) / r.G);
+    s = hn::Load(df, lanes);
+  }
+  const hn::Vec<DF> w = hn::Mul(qf, s);
+  return n == L ? w : hn::IfThenElseZero(hn::FirstN(df, size_t(n)), w);
+}
+
+// Block starting at column c0 of an int4 row: we = its even columns, wo = its odd ones,
+// dequantized (Lanes each; lanes past the row's end are 0).
+template <class DF>
+HWY_INLINE void DequantU4(DF df, const QuantRow& r, GroupCursor& c, int64_t c0, hn::Vec<DF>& we,
+                          hn::Vec<DF>& wo) {
+  const hn::Rebind<uint8_t, DF> d8;
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const int64_t B = int64_t(hn::Lanes(df));
+  constexpr size_t kMax = hn::MaxLanes(DF());
+  const int64_t nb = std::min<int64_t>(B, (r.K - c0) / 2);  // bytes in this block
+  const uint8_t* q = r.q + c0 / 2;
+  hn::Vec<decltype(du)> v;
+  if (nb == B) {
+    v = hn::PromoteTo(du, hn::LoadU(d8, q));
+  } else {
+    alignas(64) uint8_t pad[kMax] = {};
+    std::memcpy(pad, q, size_t(HWY_MIN(nb, int64_t(kMax))));
+    v = hn::PromoteTo(du, hn::LoadU(d8, pad));
+  }
+  const hn::Vec<DF> lo = hn::ConvertTo(df, hn::BitCast(di, hn::And(v, hn::Set(du, 0x0fu))));
+  const hn::Vec<DF> hi = hn::ConvertTo(df, hn::BitCast(di, hn::ShiftRight<4>(v)));
+  c.Seek(r, c0);
+  if (c0 + 2 * nb <= c.end) {
+    const hn::Vec<DF> s = hn::Set(df, c.s), o = hn::Set(df, c.o);
+    we = hn::MulAdd(lo, s, o);
+    wo = hn::MulAdd(hi, s, o);
+  } else {  // the block spans groups
+    alignas(64) float se[kMax] = {}, oe[kMax] = {}, so[kMax] = {}, oo[kMax] = {};
+    for (int64_t j = 0; j < nb; ++j) {
+      const int64_t ge = (c0 + 2 * j) / r.G, go = (c0 + 2 * j + 1) / r.G;
+      se[j] = r.scale(ge), oe[j] = r.offset(ge);
+      so[j] = r.scale(go), oo[j] = r.offset(go);
+    }
+    we = hn::MulAdd(lo, hn::Load(df, se), hn::Load(df, oe));
+    wo = hn::MulAdd(hi, hn::Load(df, so), hn::Load(df, oo));
+  }
+  if (nb < B) {
+    const auto m = hn::FirstN(df, size_t(nb));
+    we = hn::IfThenElseZero(m, we);
+    wo = hn::IfThenElseZero(m, wo);
+  }
+}
+
+// Fused path: x rows 0 .. T (T = mt <= MR) against weight rows [n0, n1), one row at a time
+// (the sequential stream FusedRows of matmul-inl.h explains).
+//   x rows: [T, K] (int8) or [T, ldx] permuted (int4)
+template <int MR, bool kInt4>
+HWY_NOINLINE void FusedRowsQuant(const detail::MatmulArgs& a, int64_t mt, int64_t n0, int64_t n1) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const int64_t L = int64_t(hn::Lanes(df));
+  const int64_t K = a.K, ldx = kInt4 ? a.ldx : a.K;
+  const float* xr[4];
+  for (int i = 0; i < 4; ++i) xr[i] = a.x + std::min<int64_t>(std::min(i, MR - 1), mt - 1) * ldx;
+  for (int64_t n = n0; n < n1; ++n) {
+    const QuantRow r = RowOf(a, n, kInt4);
+    GroupCursor c{r.G};
+    V a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
+    if constexpr (kInt4) {
+      for (int64_t c0 = 0; c0 < K; c0 += 2 * L) {
+        V we, wo;
+        DequantU4(df, r, c, c0, we, wo);
+        a0 = hn::MulAdd(hn::LoadU(df, xr[0] + c0), we, a0);
+        if constexpr (MR > 1) a1 = hn::MulAdd(hn::LoadU(df, xr[1] + c0), we, a1);
+        if constexpr (MR > 2) a2 = hn::MulAdd(hn::LoadU(df, xr[2] + c0), we, a2);
+        if constexpr (MR > 3) a3 = hn::MulAdd(hn::LoadU(df, xr[3] + c0), we, a3);
+        a0 = hn::MulAdd(hn::LoadU(df, xr[0] + c0 + L), wo, a0);
+        if constexpr (MR > 1) a1 = hn::MulAdd(hn::LoadU(df, xr[1] + c0 + L), wo, a1);
+        if constexpr (MR > 2) a2 = hn::MulAdd(hn::LoadU(df, xr[2] + c0 + L), wo, a2);
+        if constexpr (MR > 3) a3 = hn::MulAdd(hn::LoadU(df, xr[3] + c0 + L), wo, a3);
+      }
+    } else {
+      int64_t k = 0;
+      for (; k + L <= K; k += L) {
+        const V w = DequantI8(df, r, c, k, L);
+        a0 = hn::MulAdd(hn::LoadU(df, xr[0] + k), w, a0);
+        if constexpr (MR > 1) a1 = hn::MulAdd(hn::LoadU(df, xr[1] + k), w, a1);
+        if constexpr (MR > 2) a2 = hn::MulAdd(hn::LoadU(df, xr[2] + k), w, a2);
+        if constexpr (MR > 3) a3 = hn::MulAdd(hn::LoadU(df, xr[3] + k), w, a3);
+      }
+      if (k < K) {  // the same tail loads as DotTile
+        const size_t rem = size_t(K - k);
+        const V w = DequantI8(df, r, c, k, K - k);
+        a0 = hn::MulAdd(LoadF32Tail(df, xr[0] + k, rem), w, a0);
+        if constexpr (MR > 1) a1 = hn::MulAdd(LoadF32Tail(df, xr[1] + k, rem), w, a1);
+        if constexpr (MR > 2) a2 = hn::MulAdd(LoadF32Tail(df, xr[2] + k, rem), w, a2);
+        if constexpr (MR > 3) a3 = hn::MulAdd(LoadF32Tail(df, xr[3] + k, rem), w, a3);
+      }
+    }
+    float acc[4];
+    acc[0] = ReduceSumF32(df, a0);
+    if constexpr (MR > 1) acc[1] = ReduceSumF32(df, a1);
+    if constexpr (MR > 2) acc[2] = ReduceSumF32(df, a2);
+    if constexpr (MR > 3) acc[3] = ReduceSumF32(df, a3);
+    StoreTile<1>(acc, mt, 1, a.bias, a.y, a.N, 0, n);
+  }
+}
+
+// Dequantizes rows [n0, n0 + nb) into buf[nb, ld] with the chunk functions of the fused
+// path (ld: K rounded up to whole chunks; int4 in the permuted column order).
+template <bool kInt4>
+HWY_INLINE void DequantRows(const detail::MatmulArgs& a, int64_t n0, int64_t nb, int64_t ld,
+                            float* HWY_RESTRICT buf) {
+  const hn::ScalableTag<float> df;
+  const int64_t L = int64_t(hn::Lanes(df));
+  for (int64_t i = 0; i < nb; ++i) {
+    const QuantRow r = RowOf(a, n0 + i, kInt4);
+    GroupCursor c{r.G};
+    float* dst = buf + i * ld;  // [ld]
+    if constexpr (kInt4) {
+      for (int64_t c0 = 0; c0 < a.K; c0 += 2 * L) {
+        hn::Vec<decltype(df)> we, wo;
+        DequantU4(df, r, c, c0, we, wo);
+        hn::StoreU(we, df, dst + c0);
+        hn::StoreU(wo, df, dst + c0 + L);
+      }
+    } else {
+      for (int64_t k = 0; k < a.K; k += L)
+        hn::StoreU(DequantI8(df, r, c, k, std::min(L, a.K - k)), df, dst + k);
+    }
+  }
+}
+
+// Tiled path for weight rows [n0, n1): dequantize them once, sweep every x row past them
+// with the float DotTile (dot length K for int8, whose tail DotTile pads as the fused path
+// does; the whole padded ldx for int4, all full chunks).
+template <bool kInt4>
+HWY_NOINLINE void TiledQuant(const detail::MatmulArgs& a, int64_t n0, int64_t n1) {
+  const hn::ScalableTag<float> df;
+  const int64_t L = int64_t(hn::Lanes(df));
+  const int64_t nb = n1 - n0;
+  const int64_t ld = kInt4 ? a.ldx : (a.K + L - 1) / L * L;
+  const int64_t ldx = kInt4 ? a.ldx : a.K;   // x row stride
+  const int64_t dot_k = kInt4 ? a.ldx : a.K;  // columns each dot runs over
+  thread_local std::vector<float> buf;        // [nb, ld], grows to the largest tile seen
+  if (buf.size() < size_t(nb * ld)) buf.resize(size_t(nb * ld));
+  DequantRows<kInt4>(a, n0, nb, ld, buf.data());
+  for (int64_t t = 0; t < a.T; t += kTileMR) {
+    const int64_t mt = std::min<int64_t>(kTileMR, a.T - t);
+    const float* xr[kTileMR];
+    for (int i = 0; i < kTileMR; ++i) xr[i] = a.x + (t + std::min<int64_t>(i, mt - 1)) * ldx;
+    for (int64_t j = 0; j < nb; j += kTileNR) {
+      const int64_t mj = std::min<int64_t>(kTileNR, nb - j);
+      const float* wr[kTileNR];
+      for (int q = 0; q < kTileNR; ++q) wr[q] = buf.data() + (j + std::min<int64_t>(q, mj - 1)) * ld;
+      float acc[kTileMR * kTileNR];
+      DotTile<kTileMR, kTileNR, float>(xr, wr, size_t(dot_k), acc);
+      StoreTile<kTileNR>(acc, mt, mj, a.bias, a.y, a.N, t, n0 + j);
+    }
+  }
+}
+
+// Output columns [n0, n1) of all rows.
+template <bool kInt4>
+HWY_INLINE void MatmulRangeQuant(const detail::MatmulArgs& a, int64_t n0, int64_t n1) {
+  if (a.T > detail::kFusedMaxRows) return TiledQuant<kInt4>(a, n0, n1);
+  switch (a.T) {
+    case 1: return FusedRowsQuant<1, kInt4>(a, 1, n0, n1);
+    case 2: return FusedRowsQuant<2, kInt4>(a, 2, n0, n1);
+    case 3: return FusedRowsQuant<3, kInt4>(a, 3, n0, n1);
+    default: return FusedRowsQuant<4, kInt4>(a, a.T, n0, n1);
+  }
+}
+
+}  // namespace tinyloop::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // TINYLOOP_CPU_MATMUL_QUANT_INL_H_ toggle
