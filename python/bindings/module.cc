@@ -15,6 +15,7 @@ void bind_runtime(py::module_& m);
 void bind_depth(py::module_& m, ModelClass& cls);
 void bind_resume(py::module_& m, ModelClass& cls);
 void bind_prefix_cache(py::module_& m, ModelClass& cls);
+void bind_prefix_pool(py::module_& m, ModelClass& cls);
 void bind_speculative(py::module_& m, ModelClass& cls);
 void bind_grammar(py::module_& m);
 }  // namespace tinyloop::py_bind
@@ -47,6 +48,7 @@ PYBIND11_MODULE(tinyloop_py, m) {
   bind_depth(m, cls);
   bind_resume(m, cls);
   bind_prefix_cache(m, cls);
+  bind_prefix_pool(m, cls);
   bind_speculative(m, cls);
   bind_grammar(m);
 }

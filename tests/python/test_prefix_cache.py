@@ -2,9 +2,10 @@
 exactly generate(prefix + suffix), greedy and seeded sampling, on several model families; one
 cache serves many suffixes and threads without being modified; errors; memory accounting.
 
-Bit-identity of the logits holds with the scalar kernels (set_force_scalar(True)); with the
-SIMD kernels the prefix-cache attention is the scalar two-segment kernel, within float
-rounding of the SIMD attention, and the tokens are compared (see docs/prefix-cache.md)."""
+The two-segment attention is the same routine as the one-slot attention (SIMD or scalar), so
+the logits are bit-identical with either kernel set (checked in C++, prefix_cache_test); here
+the tokens are compared under both (the `kernels` fixture). cache_window: a cache built with
+a window equals generate() with that window, through a wrapping tail ring."""
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -97,8 +98,10 @@ def test_errors(test_models, tmp_path):
             model.generate_from_prefix_cache(cache, [1, 2], loops=4)
         with pytest.raises(ValueError, match="different Model"):
             other.generate_from_prefix_cache(cache, [1, 2])
-        with pytest.raises(ValueError, match="cache_window"):
+        with pytest.raises(ValueError, match="cache_window mismatch"):
             model.generate_from_prefix_cache(cache, [1, 2], cache_window=8)
+        with pytest.raises(ValueError, match="cache_window"):
+            model.build_prefix_cache(PREFIX, cache_window=-1)
         with pytest.raises(ValueError):
             model.build_prefix_cache(np.array([], dtype=np.int32))
         with pytest.raises(ValueError):
@@ -118,3 +121,23 @@ def test_bytes_counted_in_vram_usage_while_alive(test_models):
         assert model.vram_usage_mb() - base == pytest.approx(cache.bytes / 2**20, rel=0.05, abs=1e-3)
         del cache
         assert model.vram_usage_mb() == pytest.approx(base, abs=1e-3)
+
+
+@pytest.mark.parametrize("name", ["huginn", "llama"])
+def test_sliding_window_equals_generate_with_that_window(test_models, name, kernels):
+    prefix = np.tile(PREFIX, 4)[:40]  # longer than the window: its K/V depend on it
+    with tl.Model(test_models[name].path) as model:
+        cache = model.build_prefix_cache(prefix, loops=2, cache_window=8)
+        assert cache.cache_window == 8 and "cache_window=8" in repr(cache)
+        for suffix, sampling in [(SUFFIXES[1], {}), (SUFFIXES[0], dict(temperature=0.8, seed=3))]:
+            # 80 new tokens: the tail (83 positions) wraps its ring of 8 + 64 rows.
+            kw = dict(max_tokens=80, stop_at_eos=False, **sampling)
+            want = model.generate(np.concatenate([prefix, suffix]), loops=2, cache_window=8, **kw)
+            assert model.generate_from_prefix_cache(cache, suffix, **kw) == want
+            assert model.generate_from_prefix_cache(cache, suffix, cache_window=8, **kw) == want
+        with pytest.raises(ValueError, match="cache_window mismatch"):
+            model.generate_from_prefix_cache(cache, SUFFIXES[0], cache_window=0)
+        # The unwindowed cache of the same prefix is a different one (and refuses the window).
+        plain = model.build_prefix_cache(prefix, loops=2)
+        with pytest.raises(ValueError, match="cache_window mismatch"):
+            model.generate_from_prefix_cache(plain, SUFFIXES[0], cache_window=8)
