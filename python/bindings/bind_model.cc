@@ -19,12 +19,6 @@
 namespace tinyloop::py_bind {
 namespace {
 
-// Keyword arguments of generate() that belong to features not built yet: accepted with
-// their documented defaults so signatures match the spec, refused clearly otherwise.
-void refuse_unimplemented(int64_t beam_size) {
-  if (beam_size > 1) throw py::value_error("beam_size >= 2: beam search is not implemented yet");
-}
-
 // grammar=None | tl.Grammar (with its token vocabulary set; checked by the runtime).
 std::shared_ptr<const grammar::Grammar> to_grammar(const py::object& obj) {
   if (obj.is_none()) return nullptr;
@@ -168,7 +162,7 @@ One Model may be used from several Python threads at once (the GIL is released d
               int64_t beam_size, double length_penalty, bool early_stopping, const py::object& grammar,
               std::optional<uint64_t> seed, bool stop_at_eos, int64_t kv_loop_slots) {
              auto e = self.engine();
-             refuse_unimplemented(beam_size);
+             const auto beam = beam_params(beam_size, length_penalty, early_stopping);
              auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
                                      repetition_penalty, stop_sequences, seed, stop_at_eos);
              req.grammar = to_grammar(grammar);
@@ -178,7 +172,7 @@ One Model may be used from several Python threads at once (the GIL is released d
              runtime::GenerateResult res;
              {
                py::gil_scoped_release nogil;
-               res = runtime::generate(*e, req);
+               res = beam.active() ? runtime::beam_generate(*e, req, beam) : runtime::generate(*e, req);
              }
              return res.tokens;
            },
@@ -192,6 +186,8 @@ One Model may be used from several Python threads at once (the GIL is released d
            py::arg("grammar") = py::none(), py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
            py::arg("kv_loop_slots") = 0,
            "Prefill the prompt, then decode up to max_tokens. Returns prompt + new tokens (List[int]).\n"
+           "beam_size >= 2: deterministic beam search (docs/beam-search.md); final beams ranked by\n"
+           "log_prob / max(1, new_len)^length_penalty; early_stopping returns once the top-ranked beam ended.\n"
            "kv_loop_slots = B > 0: recurrence-shared KV (docs/kv-cache.md), B slot groups for the loop\n"
            "iterations (iteration i in group i mod B), so cache memory stops growing with loops; 0 = exact.\n"
            "early_exit_patience > 0 enables decode-time early exit (docs/loop-depth.md): after early_exit_min_L\n"
@@ -204,9 +200,11 @@ One Model may be used from several Python threads at once (the GIL is released d
               int64_t cache_window, double repetition_penalty, const py::object& stop_sequences,
               int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
               int64_t early_exit_peek_every, double early_exit_logit_margin, std::optional<uint64_t> seed,
-              bool stop_at_eos, const py::object& grammar, int64_t kv_loop_slots) {
+              bool stop_at_eos, const py::object& grammar, int64_t beam_size, double length_penalty,
+              bool early_stopping, int64_t kv_loop_slots) {
              auto e = self.engine();
              if (!PyCallable_Check(on_token.ptr())) throw py::value_error("on_token must be callable");
+             const auto beam = beam_params(beam_size, length_penalty, early_stopping);
              auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
                                      repetition_penalty, stop_sequences, seed, stop_at_eos);
              req.grammar = to_grammar(grammar);
@@ -228,7 +226,8 @@ One Model may be used from several Python threads at once (the GIL is released d
              runtime::GenerateResult res;
              {
                py::gil_scoped_release nogil;
-               res = runtime::generate(*e, req, cb);
+               // Beam search streams the winning beam once the search is over.
+               res = beam.active() ? runtime::beam_generate(*e, req, beam, cb) : runtime::generate(*e, req, cb);
              }
              if (callback_error) std::rethrow_exception(callback_error);
              return stream_result(res);
@@ -240,8 +239,10 @@ One Model may be used from several Python threads at once (the GIL is released d
            py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3,
            py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
            py::arg("seed") = py::none(), py::arg("stop_at_eos") = true, py::arg("grammar") = py::none(),
+           py::arg("beam_size") = 0, py::arg("length_penalty") = 1.0, py::arg("early_stopping") = true,
            py::arg("kv_loop_slots") = 0,
            "generate() with on_token(tok) -> bool called per token (False stops after it). Returns a dict:\n"
+           "(with beam_size >= 2 on_token receives the winning beam's tokens after the search.)\n"
            "tokens, prefill_ms, first_token_ms, decode_steady_ms, tokens_emitted, loops_per_token (the loop\n"
            "depth behind each emitted token; early exit lowers it), mean_loops (their mean).")
       .def("_stepwise_logits",

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "convert.h"
+#include "runtime/beam_search.h"
 #include "runtime/early_exit.h"
 #include "runtime/generate.h"
 
@@ -41,6 +42,13 @@ inline runtime::EarlyExitParams early_exit_params(int64_t patience, int64_t min_
   p.tau = tau;
   p.peek_every = peek_every;
   p.logit_margin = logit_margin;
+  return p;
+}
+
+// beam_size / length_penalty / early_stopping, validated (ValueError naming the kwarg).
+inline runtime::BeamParams beam_params(int64_t beam_size, double length_penalty, bool early_stopping) {
+  runtime::BeamParams p{beam_size, length_penalty, early_stopping};
+  runtime::validate(p);
   return p;
 }
 

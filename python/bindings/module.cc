@@ -17,6 +17,7 @@ void bind_resume(py::module_& m, ModelClass& cls);
 void bind_prefix_cache(py::module_& m, ModelClass& cls);
 void bind_prefix_pool(py::module_& m, ModelClass& cls);
 void bind_speculative(py::module_& m, ModelClass& cls);
+void bind_beam(py::module_& m, ModelClass& cls);
 void bind_grammar(py::module_& m);
 }  // namespace tinyloop::py_bind
 
@@ -50,5 +51,6 @@ PYBIND11_MODULE(tinyloop_py, m) {
   bind_prefix_cache(m, cls);
   bind_prefix_pool(m, cls);
   bind_speculative(m, cls);
+  bind_beam(m, cls);
   bind_grammar(m);
 }

@@ -194,6 +194,7 @@ class LoopedBeamModel : public BeamModel {
     auto t = std::make_unique<model::KvCache>(c_, loops_, tail_rows_, req_.cache_window, e_.kv_dtype(),
                                               &e_.model().memory());
     t->set_shared_prefix(prefix_.get());
+    mem_.tail_bytes = t->bytes();
     return t;
   }
 

@@ -156,14 +156,17 @@ TEST(BeamCore, EarlyStoppingFollowsTheSpecNotHF) {
   EXPECT_EQ(full.steps, 2);  // no live beam left after step 2
 }
 
-TEST(BeamCore, EndingOfferOutsideTheTopBeamSizeIsDropped) {
-  // HF rule. B = 2. Root: a 0.45, b 0.35, EOS 0.2 -> EOS is rank 2: dropped.
+TEST(BeamCore, WalkStopsOnceBeamSizeSurvivorsAreFound) {
+  // HF rule: offers are walked best first until beam_size survivors exist, so an ending
+  // offer below them is never finished. (HF also drops an ending offer ranked >= beam_size
+  // when it is reached; that never changes the single best answer: a better ending offer
+  // of the same length is then already finished.) B = 2. Root: a 0.45, b 0.35, EOS 0.2.
   // After a / b: only c (prob 1), then max_tokens = 2 ends them: [a c] = log 0.45 = -0.799.
   // lp = -3 favours short outputs: [EOS] would score -1.609, [a c] -0.799 * 8 = -6.39, so
   // [EOS] would win had it been kept.
   auto fn = table({{{}, {0.2, 0.45, 0.35, 0}}, {{1}, {0, 0, 0, 1.0}}, {{2}, {0, 0, 0, 1.0}}});
   EXPECT_EQ(run(fn, 4, {0}, 2, 2, -3.0, false).tokens, (Seq{1, 3}));
-  // B = 3: EOS is rank 2 < 3, kept, and wins under lp = -3.
+  // B = 3: EOS (rank 2) is reached before the third survivor, finished, and wins.
   EXPECT_EQ(run(fn, 4, {0}, 2, 3, -3.0, false).tokens, (Seq{0}));
 }
 
