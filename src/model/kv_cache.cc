@@ -150,26 +150,6 @@ int64_t KvCache::bytes_per_position_per_slot() const {
          (dtype_ == ops::KvDType::I8 ? 2 * n_kv_heads_ * int64_t(sizeof(float)) : 0);
 }
 
-void KvCache::assign_tail_from(const KvCache& src) {
-  if (&src == this) return;
-  if (!shared_prefix_ || src.shared_prefix_ != shared_prefix_ || src.capacity_ != capacity_ ||
-      src.row_bytes_ != row_bytes_ || src.slot_count() != slot_count())
-    throw std::logic_error("assign_tail_from: the caches are not tails of one shape over one prefix");
-  const int64_t first = shared_prefix_->length();
-  if (src.length_ - first > capacity_)
-    throw std::logic_error("assign_tail_from: the source tail has wrapped");
-  auto& from = const_cast<KvCache&>(src);  // k_data/v_data are not const; nothing is written
-  for (int64_t s = 0; s < slot_count(); ++s)
-    for (int64_t p = first; p < src.length_; ++p) {
-      const int64_t row = (p % capacity_) * row_bytes_;
-      std::memcpy(static_cast<uint8_t*>(k_data(s)) + row, static_cast<const uint8_t*>(from.k_data(s)) + row,
-                  row_bytes_);
-      std::memcpy(static_cast<uint8_t*>(v_data(s)) + row, static_cast<const uint8_t*>(from.v_data(s)) + row,
-                  row_bytes_);
-    }
-  length_ = src.length_;
-}
-
 void* KvCache::k_data(int64_t slot) { return data_.get() + slot * slot_bytes_; }
 void* KvCache::v_data(int64_t slot) { return data_.get() + slot * slot_bytes_ + capacity_ * row_bytes_; }
 

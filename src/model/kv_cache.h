@@ -91,12 +91,6 @@ class KvCache {
   // Cheaper than clone(): no allocation, and the bytes copied grow with the generated
   // tokens, not with the prompt.
   void assign_tail_from(const KvCache& src);
-  // Beam search (runtime/beam_search.h): make this tail a copy of `src`, another tail of the
-  // same shape over the same shared prefix, by copying only src's own rows (positions
-  // shared_prefix()->length() .. src.length() - 1) in every slot, and taking its length.
-  // Cheaper than clone(): no allocation, and the bytes copied grow with the generated
-  // tokens, not with the prompt.
-  void assign_tail_from(const KvCache& src);
 
   ops::KvView view(int64_t slot) const;
   void* k_data(int64_t slot);
