@@ -9,6 +9,10 @@
 // read from: scores of the whole window go into one [group, n] buffer, then the global max,
 // the exp-sum and the weighted V are accumulated in position order exactly as the scalar
 // reference does. The scratch is the same [group, n] floats the reference uses.
+//
+// The SIMD side is one routine for one and two slots. The scalar loop below still repeats
+// ref::attention's (ops/attention.cc); ref::attention could become this with split = 0 the
+// same way, left for when that file is not being changed for the other KV modes.
 #include "ops/attention_segments.h"
 
 #include <algorithm>
