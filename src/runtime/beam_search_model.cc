@@ -243,8 +243,14 @@ GenerateResult beam_generate(const Engine& engine, const GenerateRequest& req_in
   GenerateRequest req = req_in;
   req.sampling.temperature = 0.0f;
   validate(engine, req);
-  validate(p);
   const int64_t loops = engine.resolve_loops(req.loops);
+  validate(p);
+  // Recurrence-shared slot groups (kv_loop_slots < loops) would need shared groups in the
+  // prompt prefix and every tail; the two-segment KV does not support them (KvCache
+  // refuses it), so say so by name rather than silently decode with exact slots.
+  if (req.kv_loop_slots > 0 && req.kv_loop_slots < loops)
+    throw std::invalid_argument("kv_loop_slots (recurrence-shared KV) is not supported with beam_size >= 2 "
+                                "(beams share the prompt's KV as a read-only prefix); use kv_loop_slots=0");
   const auto t0 = Clock::now();
 
   BeamMemory mem;

@@ -320,6 +320,17 @@ def test_early_exit_runs_per_beam(tiny):
 def test_cache_window_with_beams(tiny):
     out = tiny.generate(PROMPT, max_tokens=6, beam_size=3, cache_window=3)
     assert 1 <= len(out) - len(PROMPT) <= 6
+    # A window wider than the whole sequence changes nothing.
+    assert (tiny.generate(PROMPT, max_tokens=6, beam_size=3, cache_window=64)
+            == tiny.generate(PROMPT, max_tokens=6, beam_size=3))
+
+
+def test_int8_kv_is_refused_by_name(tmp_path):
+    path = str(tmp_path / "m.tinyloop")
+    write_random_model(path, "huginn", seed=3, vocab_size=V, eos_ids=[EOS], default_loops=3)
+    with tl.Model(path, kv_mode="int8") as m:
+        with pytest.raises(ValueError, match="int8"):
+            m.generate(PROMPT, max_tokens=4, beam_size=2)
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -330,6 +341,7 @@ def test_cache_window_with_beams(tiny):
     (dict(beam_size=2, max_tokens=0), "max_tokens"),
     (dict(beam_size=2, repetition_penalty=0.0), "repetition_penalty"),
     (dict(beam_size=2, stop_sequences=[[]]), "stop_sequences"),
+    (dict(beam_size=2, kv_loop_slots=1), "kv_loop_slots"),
 ])
 def test_errors_name_the_kwarg(tiny, kwargs, match):
     kwargs = {"max_tokens": 4, **kwargs}
