@@ -1,7 +1,7 @@
 """`tinyloop bench`: prompt-processing and generation speed, in the manner of llama-bench.
 
     tinyloop bench                                 # the benchmark model, f16, L=8: pp512, tg128
-    tinyloop bench -p 512 -n 128 -L 1,8,32 -t 1,2 --weight-dtype f32,f16,bf16 -r 5
+    tinyloop bench -p 512 -n 128 -L 1,8,32 -t 1,2 --weight-dtype f32,f16,bf16,int8,int4 -r 5
     tinyloop bench --kernels simd,scalar           # A/B against the scalar reference, one run
     tinyloop bench --model my.tinyloop -d 0,1024 --json
 
@@ -37,7 +37,11 @@ BENCH_SHAPE = dict(dim=768, n_heads=12, n_kv_heads=12, ffn_dim=2048, vocab_size=
                    n_pre_blocks=1, n_loop_layers=2, n_post_blocks=1, default_loops=8,
                    max_seq_len=4096, tie_embeddings=False, eos_ids=[2])
 
-_DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
+_DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I8": 1, "U8": 1}
+WEIGHT_DTYPES = ("f32", "f16", "bf16", "int8", "int4")
+# Quantized benchmark models use the GGUF Q8_0 / Q4_0 / Q4_1 layout: groups of 32, F16
+# scales (and offsets), so they compare with llama.cpp's types byte for byte.
+QUANT_GROUP = 32
 
 
 def bench_model_path(weight_dtype: str, cache_dir: str | None = None) -> str:
@@ -45,11 +49,14 @@ def bench_model_path(weight_dtype: str, cache_dir: str | None = None) -> str:
     cache_dir = cache_dir or os.environ.get("TINYLOOP_BENCH_DIR") or os.path.join(
         tempfile.gettempdir(), "tinyloop-bench")
     os.makedirs(cache_dir, exist_ok=True)
-    path = os.path.join(cache_dir, f"bench-h768-pre1-loop2-post1-{weight_dtype}.tinyloop")
+    quant = weight_dtype in ("int8", "int4")
+    tag = f"{weight_dtype}-g{QUANT_GROUP}" if quant else weight_dtype
+    path = os.path.join(cache_dir, f"bench-h768-pre1-loop2-post1-{tag}.tinyloop")
     if not os.path.exists(path):
         from .random_model import write_random_model
         print(f"(writing the benchmark model {path})", file=sys.stderr)
-        write_random_model(path, "llama", seed=0, weight_dtype=weight_dtype, **BENCH_SHAPE)
+        extra = dict(group=QUANT_GROUP, scale_dtype="f16") if quant else {}
+        write_random_model(path, "llama", seed=0, weight_dtype=weight_dtype, **extra, **BENCH_SHAPE)
     return path
 
 
@@ -75,12 +82,19 @@ class Work:
             if len(e["shape"]) != 2 or not name.endswith(".weight"):
                 continue
             times = next((v for k, v in per.items() if name.startswith(k)), 1 if name == head else 0)
-            elems = e["shape"][0] * e["shape"][1]
-            self.weight_bytes += times * elems * _DTYPE_BYTES[e["dtype"]]
+            stored = e["shape"][0] * e["shape"][1]
+            elems = stored * (2 if e["dtype"] == "U8" else 1)  # int4: two a byte
+            nbytes = stored * _DTYPE_BYTES[e["dtype"]]
+            for c in (".scales", ".offsets"):  # a quantized weight's companions are read too
+                if name + c in header:
+                    ce = header[name + c]
+                    nbytes += ce["shape"][0] * ce["shape"][1] * _DTYPE_BYTES[ce["dtype"]]
+            self.weight_bytes += times * nbytes
             if name != head:  # the head runs on the last prompt row only
                 self.macs += times * elems
-        self.head_macs = header[head]["shape"][0] * header[head]["shape"][1]
-        self.dtype = header[head]["dtype"]
+        hs = header[head]["shape"]
+        self.head_macs = hs[0] * hs[1] * (2 if header[head]["dtype"] == "U8" else 1)
+        self.dtype = {"I8": "int8", "U8": "int4"}.get(header[head]["dtype"], header[head]["dtype"])
         self.attn_layers = cfg["n_pre_blocks"] + loops * cfg["n_loop_layers"] + cfg["n_post_blocks"]
 
     def prefill_flops(self, n_prompt: int, depth: int = 0) -> float:
@@ -140,7 +154,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-L", "--loops", type=_ints, default=None, help="loop depths (default: the model's)")
     p.add_argument("-t", "--threads", type=_ints, default=None, help="thread counts (default: the pool's)")
     p.add_argument("--weight-dtype", type=_strs, default=["f16"],
-                   help="f32,f16,bf16 for the generated model (ignored with --model)")
+                   help="f32,f16,bf16,int8,int4 for the generated model (int8/int4: groups of 32, "
+                        "F16 scales; ignored with --model)")
     p.add_argument("--kernels", type=_strs, default=["simd"],
                    help="simd,scalar: kernel sets to compare (scalar runs at the lowest --threads only: "
                         "it is single-threaded)")
@@ -159,8 +174,8 @@ def run(args) -> int:
         paths = {"file": args.model}
     else:
         for d in args.weight_dtype:
-            if d not in ("f32", "f16", "bf16"):
-                raise ValueError(f"--weight-dtype: {d!r} is not f32, f16 or bf16")
+            if d not in WEIGHT_DTYPES:
+                raise ValueError(f"--weight-dtype: {d!r} is not one of {', '.join(WEIGHT_DTYPES)}")
         paths = {d: bench_model_path(d, args.cache_dir) for d in args.weight_dtype}
     threads0 = tl.get_num_threads()
     thread_list = args.threads or [threads0]

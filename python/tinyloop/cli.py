@@ -7,7 +7,7 @@
     tinyloop random-model OUT [--kind llama|huginn|ouro] [--weight-dtype f32|f16|bf16|int8|int4] [--group G] [--set k=v ...]
     tinyloop talk [--model PATH] [--loops L] ...
     tinyloop perplexity MODEL FILE... [--loops 1,2,4,8,16] [--ctx 256] [--tail-fraction 0.05]
-    tinyloop bench [-p 512] [-n 128] [-L 8] [-t 2] [--weight-dtype f32,f16,bf16] [-r 3] [--json]
+    tinyloop bench [-p 512] [-n 128] [-L 8] [-t 2] [--weight-dtype f32,f16,bf16,int8,int4] [-r 3] [--json]
 
 A PROMPT is text when the model embeds a tokenizer (Hugging Face `tokenizers` decodes the
 output as it streams), or comma-separated token ids with --ids.

@@ -14,9 +14,11 @@
 // permuted the same way by the driver (matmul_internal.h). A partial last block is padded
 // with zero weights and zero x.
 //
-// Scales: one broadcast per chunk when the chunk lies inside one group (G a multiple of the
-// chunk's columns: the GGUF G = 32 on every target); otherwise per-lane scales gathered in a
-// scalar loop (slow but the same values).
+// Scales: when every chunk lies inside one group (G a multiple of the chunk's columns: the
+// GGUF G = 32 on every target but int4 on AVX-512, whose blocks are 32 columns: G = 32 fits
+// too) a fast path walks group by group with the row's scales widened to float once; else a
+// general walk broadcasts per chunk or gathers per-lane scales in a scalar loop (slow).
+// Both produce the same values.
 #if defined(TINYLOOP_CPU_MATMUL_QUANT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef TINYLOOP_CPU_MATMUL_QUANT_INL_H_
 #undef TINYLOOP_CPU_MATMUL_QUANT_INL_H_
@@ -154,6 +156,59 @@ HWY_INLINE void DequantU4(DF df, const QuantRow& r, GroupCursor& c, int64_t c0, 
   }
 }
 
+// The fast path's inputs: a row's scales (and offsets) as float, converted with the SIMD
+// widening of simd-inl.h (exact, like the scalar decode) or used in place when F32.
+//   buf  [2, K / G] scratch
+template <class DF>
+HWY_INLINE void RowParams(DF df, const QuantRow& r, std::vector<float>& buf, const float** s,
+                          const float** o) {
+  const int64_t ng = r.K / r.G;
+  if (!r.f16) {
+    *s = static_cast<const float*>(r.s);
+    *o = static_cast<const float*>(r.o);
+    return;
+  }
+  if (buf.size() < size_t(2 * ng)) buf.resize(size_t(2 * ng));
+  const int64_t L = int64_t(hn::Lanes(df));
+  const void* src[2] = {r.s, r.o};
+  for (int i = 0; i < (r.o ? 2 : 1); ++i) {
+    const auto* p = static_cast<const hwy::float16_t*>(src[i]);  // [ng]
+    float* out = buf.data() + i * ng;
+    int64_t g = 0;
+    for (; g + L <= ng; g += L) hn::StoreU(LoadF32(df, p + g), df, out + g);
+    if (g < ng) StoreTail(df, LoadF32Tail(df, p + g, size_t(ng - g)), out + g, size_t(ng - g));
+  }
+  *s = buf.data();
+  *o = r.o ? buf.data() + ng : nullptr;
+}
+
+// Fast-path chunks (a whole chunk inside one group, scale s and offset o broadcast): the
+// same values DequantI8 / DequantU4 produce.
+template <class DF>
+HWY_INLINE hn::Vec<DF> ChunkI8(DF df, const int8_t* q, hn::Vec<DF> s) {
+  const hn::Rebind<int8_t, DF> d8;
+  const hn::RebindToSigned<DF> di;
+  return hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q))), s);
+}
+template <class DF>
+HWY_INLINE void BlockU4(DF df, const uint8_t* q, hn::Vec<DF> s, hn::Vec<DF> o, hn::Vec<DF>& we,
+                        hn::Vec<DF>& wo) {
+  const hn::Rebind<uint8_t, DF> d8;
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const auto v = hn::PromoteTo(du, hn::LoadU(d8, q));
+  we = hn::MulAdd(hn::ConvertTo(df, hn::BitCast(di, hn::And(v, hn::Set(du, 0x0fu)))), s, o);
+  wo = hn::MulAdd(hn::ConvertTo(df, hn::BitCast(di, hn::ShiftRight<4>(v))), s, o);
+}
+
+// Whether a row walk can take the fast path: every chunk (int8: Lanes columns) or block
+// (int4: 2 Lanes columns) lies in one group, so K has no partial chunk either.
+template <bool kInt4, class DF>
+HWY_INLINE bool FastGroups(DF df, int64_t G) {
+  const int64_t cols = int64_t(hn::Lanes(df)) * (kInt4 ? 2 : 1);
+  return G % cols == 0;
+}
+
 // Fused path: x rows 0 .. T (T = mt <= MR) against weight rows [n0, n1), one row at a time
 // (the sequential stream FusedRows of matmul-inl.h explains).
 //   x rows: [T, K] (int8) or [T, ldx] permuted (int4)
@@ -165,11 +220,43 @@ HWY_NOINLINE void FusedRowsQuant(const detail::MatmulArgs& a, int64_t mt, int64_
   const int64_t K = a.K, ldx = kInt4 ? a.ldx : a.K;
   const float* xr[4];
   for (int i = 0; i < 4; ++i) xr[i] = a.x + std::min<int64_t>(std::min(i, MR - 1), mt - 1) * ldx;
+  const bool fast = FastGroups<kInt4>(df, a.group);
+  thread_local std::vector<float> pbuf;  // [2, K / G] a row's params as float
   for (int64_t n = n0; n < n1; ++n) {
     const QuantRow r = RowOf(a, n, kInt4);
     GroupCursor c{r.G};
     V a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
-    if constexpr (kInt4) {
+    if (fast) {
+      const float *sp, *op;
+      RowParams(df, r, pbuf, &sp, &op);
+      for (int64_t g = 0, k0 = 0; k0 < K; ++g, k0 += r.G) {
+        const V s = hn::Set(df, sp[g]);
+        if constexpr (kInt4) {
+          const V o = hn::Set(df, op[g]);
+          for (int64_t c0 = k0; c0 < k0 + r.G; c0 += 2 * L) {
+            V we, wo;
+            BlockU4(df, r.q + c0 / 2, s, o, we, wo);
+            a0 = hn::MulAdd(hn::LoadU(df, xr[0] + c0), we, a0);
+            if constexpr (MR > 1) a1 = hn::MulAdd(hn::LoadU(df, xr[1] + c0), we, a1);
+            if constexpr (MR > 2) a2 = hn::MulAdd(hn::LoadU(df, xr[2] + c0), we, a2);
+            if constexpr (MR > 3) a3 = hn::MulAdd(hn::LoadU(df, xr[3] + c0), we, a3);
+            a0 = hn::MulAdd(hn::LoadU(df, xr[0] + c0 + L), wo, a0);
+            if constexpr (MR > 1) a1 = hn::MulAdd(hn::LoadU(df, xr[1] + c0 + L), wo, a1);
+            if constexpr (MR > 2) a2 = hn::MulAdd(hn::LoadU(df, xr[2] + c0 + L), wo, a2);
+            if constexpr (MR > 3) a3 = hn::MulAdd(hn::LoadU(df, xr[3] + c0 + L), wo, a3);
+          }
+        } else {
+          const int8_t* q = reinterpret_cast<const int8_t*>(r.q);
+          for (int64_t k = k0; k < k0 + r.G; k += L) {
+            const V w = ChunkI8(df, q + k, s);
+            a0 = hn::MulAdd(hn::LoadU(df, xr[0] + k), w, a0);
+            if constexpr (MR > 1) a1 = hn::MulAdd(hn::LoadU(df, xr[1] + k), w, a1);
+            if constexpr (MR > 2) a2 = hn::MulAdd(hn::LoadU(df, xr[2] + k), w, a2);
+            if constexpr (MR > 3) a3 = hn::MulAdd(hn::LoadU(df, xr[3] + k), w, a3);
+          }
+        }
+      }
+    } else if constexpr (kInt4) {
       for (int64_t c0 = 0; c0 < K; c0 += 2 * L) {
         V we, wo;
         DequantU4(df, r, c, c0, we, wo);
@@ -216,11 +303,31 @@ HWY_INLINE void DequantRows(const detail::MatmulArgs& a, int64_t n0, int64_t nb,
                             float* HWY_RESTRICT buf) {
   const hn::ScalableTag<float> df;
   const int64_t L = int64_t(hn::Lanes(df));
+  const bool fast = FastGroups<kInt4>(df, a.group);
+  thread_local std::vector<float> pbuf;  // [2, K / G] a row's params as float
   for (int64_t i = 0; i < nb; ++i) {
     const QuantRow r = RowOf(a, n0 + i, kInt4);
     GroupCursor c{r.G};
     float* dst = buf + i * ld;  // [ld]
-    if constexpr (kInt4) {
+    if (fast) {
+      const float *sp, *op;
+      RowParams(df, r, pbuf, &sp, &op);
+      for (int64_t g = 0, k0 = 0; k0 < a.K; ++g, k0 += r.G) {
+        const auto s = hn::Set(df, sp[g]);
+        if constexpr (kInt4) {
+          const auto o = hn::Set(df, op[g]);
+          for (int64_t c0 = k0; c0 < k0 + r.G; c0 += 2 * L) {
+            hn::Vec<decltype(df)> we, wo;
+            BlockU4(df, r.q + c0 / 2, s, o, we, wo);
+            hn::StoreU(we, df, dst + c0);
+            hn::StoreU(wo, df, dst + c0 + L);
+          }
+        } else {
+          const int8_t* q = reinterpret_cast<const int8_t*>(r.q);
+          for (int64_t k = k0; k < k0 + r.G; k += L) hn::StoreU(ChunkI8(df, q + k, s), df, dst + k);
+        }
+      }
+    } else if constexpr (kInt4) {
       for (int64_t c0 = 0; c0 < a.K; c0 += 2 * L) {
         hn::Vec<decltype(df)> we, wo;
         DequantU4(df, r, c, c0, we, wo);
