@@ -280,6 +280,20 @@ def test_beam_one_is_greedy_and_calls_are_deterministic(tiny):
     assert a == b  # sampling kwargs are ignored: beam search is deterministic
 
 
+def test_one_token_is_the_greedy_token_and_uncached_path_agrees(tiny, tmp_path, monkeypatch):
+    for lp in (0.0, 1.0, -2.0):
+        assert (tiny.generate(PROMPT, max_tokens=1, beam_size=3, length_penalty=lp)
+                == tiny.generate(PROMPT, max_tokens=1))
+    path = str(tmp_path / "m.tinyloop")
+    write_random_model(path, "huginn", seed=3, vocab_size=V, eos_ids=[EOS], default_loops=3)
+    monkeypatch.setenv("TINYLOOP_DISABLE_KV_CACHE", "1")
+    with tl.Model(path, kv_mode="fp32") as m:
+        assert m.config()["kv_cache_disabled"]
+        for beam in (2, 4):  # every beam's whole sequence re-run each step
+            assert (m.generate(PROMPT, max_tokens=6, beam_size=beam, repetition_penalty=1.2)
+                    == tiny.generate(PROMPT, max_tokens=6, beam_size=beam, repetition_penalty=1.2))
+
+
 def test_threads_give_the_same_beams(tiny):
     want = [tiny.generate(PROMPT[: 2 + i], max_tokens=6, beam_size=3) for i in range(4)]
     got = [None] * 4
