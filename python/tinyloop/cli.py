@@ -3,6 +3,7 @@
     tinyloop generate [MODEL] PROMPT [--max-tokens N] [--loops L] [--temperature T] ...
     tinyloop chat [MODEL] [--system TEXT] [--max-tokens N] ...
     tinyloop inspect MODEL
+    tinyloop quantize IN OUT --weights f16|bf16|int8|int4 [--group 32] [--eval-text FILE...]
     tinyloop convert SRC DST            (SRC: a .gguf file or a Hugging Face folder)
     tinyloop random-model OUT [--kind llama|huginn|ouro] [--weight-dtype f32|f16|bf16|int8|int4] [--group G] [--set k=v ...]
     tinyloop talk [--model PATH] [--loops L] ...
@@ -231,6 +232,11 @@ def main(argv=None) -> int:
     r.add_argument("--scale-dtype", default="f32", choices=["f32", "f16"], help="int8/int4: scale/offset dtype")
     r.add_argument("--set", action="append", help="config override key=value (repeatable)")
     r.set_defaults(func=cmd_random_model)
+
+    from tinyloop import quantize as quantize_mod  # numpy-only at import
+    qz = sub.add_parser("quantize", help="rewrite a model's weights as f16/bf16/int8/int4, with a KL/top-1 report")
+    quantize_mod.add_arguments(qz)
+    qz.set_defaults(func=quantize_mod.main_args)
 
     from tinyloop import bench  # numpy-only at import; the engine is imported when it runs
     bn = sub.add_parser("bench", help="pp/tg tokens per second, llama-bench style (tinyloop.bench)")

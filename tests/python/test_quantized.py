@@ -314,3 +314,50 @@ def test_engine_decode_matches_prefill(tmp_path, wd):
         got = model._stepwise_logits(ids, 5, loops=2, cache_window=0)
     want = reference.forward(m.config, m.tensors, ids, 2)[4:]
     assert rel_err(got, want) < 1e-4
+
+
+# ---------------------------------------------------------------------------------------
+# tinyloop quantize, and the benchmark's byte count
+
+
+@pytest.mark.parametrize("wd", ["int8", "int4", "bf16"])
+def test_quantize_cli_writes_and_reports(tmp_path, capsys, wd):
+    _engine()
+    from tinyloop.cli import main
+    src = write_random_model(str(tmp_path / "in.tinyloop"), "llama", seed=1)
+    out = str(tmp_path / "out.tinyloop")
+    assert main(["quantize", src, out, "--weights", wd, "--group", "16", "--max-windows", "2",
+                 "--ctx", "24", "--quiet", "--eval-text"]) == 0
+    text = capsys.readouterr().out
+    assert "top-1 agreement" in text and "random token ids" in text and "perplexity" in text
+    m = F.read_model(out)
+    want = {"int8": "I8", "int4": "U8", "bf16": "BF16"}[wd]
+    assert m.dtypes["pre.0.attn.wq.weight"] == want
+    if wd != "bf16":
+        assert Q.group_size("pre.0.attn.wq.weight", m.tensors) == 16
+    # The quantized model is the quantization of the input's weights.
+    src_m = F.read_model(src)
+    err = np.abs(Q.dequantize("pre.0.mlp.w_up.weight", m.tensors) - src_m.tensors["pre.0.mlp.w_up.weight"])
+    assert 0 < err.max() < 0.1
+
+
+def test_compare_models_is_zero_against_itself(tmp_path):
+    _engine()
+    src = write_random_model(str(tmp_path / "a.tinyloop"), "huginn", seed=2, weight_dtype="int4")
+    windows, _ = Q.eval_windows(src, [], ctx=16, max_windows=2)
+    r = Q.compare_models(src, src, windows, progress=False)
+    assert r["mean_kl"] == 0.0 and r["top1_agreement"] == 1.0 and r["ppl_ref"] == r["ppl_test"]
+
+
+def test_bench_counts_quantized_bytes(tmp_path):
+    from tinyloop.bench import Work, read_header
+    cfg = preset_config("llama")
+    path = write_random_model(str(tmp_path / "b.tinyloop"), cfg, weight_dtype="int4", group=32,
+                              scale_dtype="f16")
+    header = read_header(path)
+    w = Work(header, cfg, loops=1)
+    # int4: half a byte a weight plus two F16 per 32 weights (2.25 bits... + 1 byte / 32 * 4)
+    logical = sum(e["shape"][0] * e["shape"][1] * 2 for n, e in header.items()
+                  if e["dtype"] == "U8" and n != "embed.weight")
+    assert w.weight_bytes == pytest.approx(logical * (0.5 + 4 / 32))
+    assert w.dtype == "int4"
