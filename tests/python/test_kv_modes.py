@@ -333,6 +333,9 @@ def test_int8_composes_with_speculative_and_early_exit(test_models):
         # leaves the output unchanged.
         assert model.generate(PROMPT, max_tokens=20, loops=4, early_exit_patience=1,
                               early_exit_tau=0.0) == want
+        # Warm-start resume clones the handle's int8 cache (scales included).
+        h = model.build_resume_handle(PROMPT, loops=2, max_loops=4, max_tokens=20)
+        assert model.resume_generate(h, loops=4, max_tokens=20) == want
 
 
 def test_int8_refuses_prefix_cache_clearly(test_models):
