@@ -12,4 +12,4 @@ if ! python3 -c "import llama_cpp" 2>/dev/null; then
   CMAKE_ARGS="-DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'" \
     python3 -m pip install -q --no-build-isolation llama-cpp-python==0.3.36
 fi
-exec python3 -m pytest -q -s tests/oracles "$@"
+exec python3 -m pytest -q -s -rxX tests/oracles "$@"
