@@ -144,8 +144,21 @@ def cmd_inspect(args) -> int:
     print("config:")
     for k, v in contents.config.items():
         print(f"  {k}: {v}")
-    print(f"tokenizer: {'embedded' if contents.tokenizer_json else 'none'}")
+    n_tok = ""
+    if contents.tokenizer_json:
+        from tokenizers import Tokenizer
+        n_tok = f" ({Tokenizer.from_str(contents.tokenizer_json).get_vocab_size()} tokens)"
+    print(f"tokenizer: {'embedded' + n_tok if contents.tokenizer_json else 'none'}")
+    print(f"chat template: {'embedded' if contents.chat_template else 'none'}")
     print(f"format_version: {contents.metadata.get('format_version')}")
+    # bytes per stored dtype (a quantized weight's .scales/.offsets count with their own dtype)
+    by_dtype: dict = {}
+    for name, (begin, end) in contents.offsets.items():
+        by_dtype[contents.dtypes[name]] = by_dtype.get(contents.dtypes[name], 0) + end - begin
+    n_params = sum(int(a.size) * (2 if contents.dtypes[n] == "U8" else 1)
+                   for n, a in contents.tensors.items() if not n.endswith((".scales", ".offsets")))
+    print(f"parameters: {n_params:,}; bytes by dtype: "
+          + ", ".join(f"{d} {b / 2**20:.2f} MiB" for d, b in sorted(by_dtype.items())))
     print("tensors:")
     for name, a in contents.tensors.items():
         dtype = contents.dtypes[name]
