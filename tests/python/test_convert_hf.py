@@ -167,8 +167,10 @@ HUGINN = dict(architectures=["RavenForCausalLM"], model_type="huginn_raven", n_e
 def huginn_tensors(c, rng):
     D, H, F, V = c["n_embd"], c["num_attention_heads"], c["intermediate_size"], c["vocab_size"]
     hd = D // H
+    # Matrices small enough that the loop contracts: random weights with larger ones make
+    # an expanding map, where float32 rounding grows ~10x every few iterations.
     t = {"transformer.wte.weight": _rand(rng, (V, D), 0.15),
-         "transformer.adapter.weight": _rand(rng, (D, 2 * D), 0.15),
+         "transformer.adapter.weight": _rand(rng, (D, 2 * D), 0.09),
          "transformer.ln_f.weight": _rand(rng, (D,), 0.1),
          "freqs_cis": rng.standard_normal((1, c["block_size"], 1, hd // 2, 2)).astype(np.float32)}
     if c["tie_embeddings"]:
@@ -182,15 +184,15 @@ def huginn_tensors(c, rng):
             p = f"transformer.{group}.{i}."
             for k in range(1, 5):
                 t[p + f"norm_{k}.weight"] = _rand(rng, (D,), 0.1)
-            t[p + "attn.Wqkv.weight"] = _rand(rng, (3 * D, D), 0.2)
+            t[p + "attn.Wqkv.weight"] = _rand(rng, (3 * D, D), 0.12)
             t[p + "attn.qk_bias"] = _rand(rng, (2, 1, H, hd), 0.3)
-            t[p + "attn.proj.weight"] = _rand(rng, (D, D), 0.2)
-            t[p + "mlp.fc.weight"] = _rand(rng, (2 * F, D), 0.2)
-            t[p + "mlp.proj.weight"] = _rand(rng, (D, F), 0.2)
+            t[p + "attn.proj.weight"] = _rand(rng, (D, D), 0.12)
+            t[p + "mlp.fc.weight"] = _rand(rng, (2 * F, D), 0.12)
+            t[p + "mlp.proj.weight"] = _rand(rng, (D, F), 0.12)
     return t
 
 
-@pytest.mark.parametrize("steps", [1, 3])
+@pytest.mark.parametrize("steps", [1, 3, 8])
 def test_huginn_zero_state_matches_hf_formulas(tmp_path, steps):
     c = dict(HUGINN)
     t = huginn_tensors(c, np.random.default_rng(3))
@@ -260,7 +262,7 @@ def ouro_tensors(c, rng):
     return t
 
 
-@pytest.mark.parametrize("steps", [1, 4])
+@pytest.mark.parametrize("steps", [1, 4, 8])
 def test_ouro_matches_hf_formulas(tmp_path, steps):
     c = dict(OURO)
     t = ouro_tensors(c, np.random.default_rng(5))
