@@ -5,7 +5,6 @@ engine's logits match an independent numpy float64 forward of the SOURCE checkpo
 scale; bad folders are refused by name and leave nothing behind."""
 from __future__ import annotations
 
-import json
 import math
 import os
 
