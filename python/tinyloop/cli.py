@@ -122,6 +122,8 @@ def cmd_chat(args) -> int:
     from .text import chat_template
 
     args.model = args.model or _default_model()
+    if args.model and args.model.endswith(".gguf"):
+        raise ValueError(f"{args.model} is a GGUF file: convert it first (tinyloop convert {args.model} OUT.tinyloop)")
     with _open_default(args) as model:
         tokenizer = load_tokenizer(model)
         if tokenizer is None:

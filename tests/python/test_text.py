@@ -225,6 +225,8 @@ def test_chat_without_a_template_continues_plain_text(monkeypatch, capsys):
     assert cli.main(["chat", BUNDLED, "--max-tokens", "8", "--temperature", "0"]) == 0
     out = capsys.readouterr().out
     assert "plain continuation" in out and len(out.split("> ")[1].strip()) > 0
+    assert cli.main(["chat", "model.gguf"]) == 1
+    assert "convert it first" in capsys.readouterr().err
 
 
 def test_chat_drops_old_turns_when_the_context_is_full(tmp_path):
