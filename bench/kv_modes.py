@@ -4,8 +4,9 @@ distributions move from the default FP16 cache (docs/kv-cache.md).
     PYTHONPATH=build:python python3 bench/kv_modes.py                 # bundled model
     PYTHONPATH=build:python python3 bench/kv_modes.py --loops 4 16 --positions 512
 
-Modes: fp32, fp16 (the reference), int8, and the recurrence-shared mode (kv_loop_slots =
-B) with fp16 storage for B in --groups.
+Modes: fp32, fp16 (the reference), int8, the store-h modes h_fp16 / h_int8 / h_int4 (the
+attention input h is kept, K/V rebuilt when attending), and the recurrence-shared mode
+(kv_loop_slots = B) with fp16 storage for B in --groups.
 
 Bytes per token: the growth of the model's live memory (vram_usage_mb, which counts live
 caches) between two generations of different lengths, measured inside on_token (between
@@ -45,7 +46,9 @@ CORPUS = "/work/shared/data/corpus"
 
 def modes(groups):
     """(label, kv_mode, kv_loop_slots)."""
-    out = [("fp32", "fp32", 0), ("fp16", "fp16", 0), ("int8", "int8", 0)]
+    out = [("fp32", "fp32", 0), ("fp16", "fp16", 0), ("int8", "int8", 0),
+           ("h_fp16 (store-h)", "h_fp16", 0), ("h_int8 (store-h)", "h_int8", 0),
+           ("h_int4 (store-h)", "h_int4", 0)]
     out += [(f"shared B={b} (fp16)", "fp16", b) for b in groups]
     return out
 

@@ -1,6 +1,8 @@
 #include "model/kv_cache.h"
 
 #include <cstring>
+
+#include "ops/kv_quant.h"
 #include <stdexcept>
 #include <string>
 
@@ -14,6 +16,7 @@ KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t 
       window_(window),
       n_kv_heads_(c.n_kv_heads),
       head_dim_(c.head_dim),
+      dim_(c.dim),
       extra_slots_(extra_slots),
       dtype_(dtype),
       tracker_(tracker) {
@@ -22,13 +25,21 @@ KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t 
   if (extra_slots < 0) throw std::invalid_argument("extra KV slots must be >= 0");
   if (loop_slots < 0)
     throw std::invalid_argument("kv_loop_slots must be >= 0, got " + std::to_string(loop_slots));
-  const int64_t elem = dtype == ops::KvDType::F32 ? 4 : dtype == ops::KvDType::F16 ? 2 : 1;
-  row_bytes_ = n_kv_heads_ * head_dim_ * elem;
-  // I8 scales follow the values, 16-byte aligned; every slot starts 16-byte aligned too.
+  if (ops::is_store_h(dtype)) {
+    // Store-h: one area of h rows [capacity, dim] (+ their scales), no separate V.
+    areas_ = 1;
+    row_bytes_ = ops::h_row_bytes(dtype, dim_);
+    row_scales_ = ops::h_row_scales(dtype, dim_);
+  } else {
+    const int64_t elem = dtype == ops::KvDType::F32 ? 4 : dtype == ops::KvDType::F16 ? 2 : 1;
+    areas_ = 2;
+    row_bytes_ = n_kv_heads_ * head_dim_ * elem;
+    row_scales_ = dtype == ops::KvDType::I8 ? n_kv_heads_ : 0;
+  }
+  // Scales follow the values, 16-byte aligned; every slot starts 16-byte aligned too.
   auto align16 = [](int64_t n) { return (n + 15) / 16 * 16; };
-  scale_off_ = align16(2 * capacity_ * row_bytes_);
-  const int64_t scale_bytes =
-      dtype == ops::KvDType::I8 ? 2 * capacity_ * n_kv_heads_ * int64_t(sizeof(float)) : 0;
+  scale_off_ = align16(areas_ * capacity_ * row_bytes_);
+  const int64_t scale_bytes = areas_ * capacity_ * row_scales_ * int64_t(sizeof(float));
   slot_bytes_ = align16(scale_off_ + scale_bytes);
   bytes_ = slot_bytes_ * (layout_.count() + extra_slots_);
   try {
@@ -50,12 +61,18 @@ void KvCache::truncate(int64_t new_length) {
 
 void KvCache::copy_row(int64_t src_slot, int64_t dst_slot, int64_t p) {
   if (src_slot == dst_slot) return;  // recurrence-shared iterations: already the same rows
-  if (dtype_ == ops::KvDType::I8) {
-    const int64_t r = (p % capacity_) * n_kv_heads_;  // [n_kv_heads] scales of row p
-    std::memcpy(k_scale_data(dst_slot) + r, k_scale_data(src_slot) + r, sizeof(float) * n_kv_heads_);
-    std::memcpy(v_scale_data(dst_slot) + r, v_scale_data(src_slot) + r, sizeof(float) * n_kv_heads_);
+  if (row_scales_ > 0) {
+    const int64_t r = (p % capacity_) * row_scales_;  // [row_scales] scales of row p
+    std::memcpy(k_scale_data(dst_slot) + r, k_scale_data(src_slot) + r, sizeof(float) * row_scales_);
+    if (areas_ == 2)
+      std::memcpy(v_scale_data(dst_slot) + r, v_scale_data(src_slot) + r, sizeof(float) * row_scales_);
   }
   const int64_t row = (p % capacity_) * row_bytes_;
+  if (areas_ == 1) {  // store-h: the h row is all there is
+    std::memcpy(static_cast<uint8_t*>(k_data(dst_slot)) + row,
+                static_cast<const uint8_t*>(k_data(src_slot)) + row, row_bytes_);
+    return;
+  }
   std::memcpy(static_cast<uint8_t*>(k_data(dst_slot)) + row,
               static_cast<const uint8_t*>(k_data(src_slot)) + row, row_bytes_);
   std::memcpy(static_cast<uint8_t*>(v_data(dst_slot)) + row,
@@ -73,9 +90,12 @@ KvCache::KvCache(const KvCache& o, MemoryTracker* tracker)
       window_(o.window_),
       n_kv_heads_(o.n_kv_heads_),
       head_dim_(o.head_dim_),
+      dim_(o.dim_),
       extra_slots_(o.extra_slots_),
       dtype_(o.dtype_),
       row_bytes_(o.row_bytes_),
+      areas_(o.areas_),
+      row_scales_(o.row_scales_),
       scale_off_(o.scale_off_),
       slot_bytes_(o.slot_bytes_),
       bytes_(o.bytes_),
@@ -95,6 +115,10 @@ void KvCache::set_shared_prefix(const KvCache* prefix) {
     throw std::invalid_argument(
         "kv_mode 'int8' does not support a shared prefix KV yet (prefix cache, prefix pool, "
         "beam search): use kv_mode 'fp16' or 'fp32'");
+  if (ops::is_store_h(dtype_) || ops::is_store_h(prefix->dtype()))
+    throw std::invalid_argument(
+        "store-h kv_mode (h_fp16, h_int8, h_int4) does not support a shared prefix KV yet "
+        "(prefix cache, prefix pool, beam search): use kv_mode 'fp16' or 'fp32'");
   if (layout_.shared() || prefix->layout().shared())
     throw std::invalid_argument(
         "kv_loop_slots (recurrence-shared KV) does not support a shared prefix KV (prefix "
@@ -132,26 +156,51 @@ void KvCache::assign_tail_from(const KvCache& src) {
 
 void KvCache::write(int64_t slot, const float* k_rows, const float* v_rows, const int64_t* pos,
                     int64_t T) {
+  if (ops::is_store_h(dtype_))
+    throw std::invalid_argument(
+        "store-h kv_mode (h_fp16, h_int8, h_int4) keeps h, not K/V rows: this feature "
+        "(speculative decoding) does not support it yet");
   ops::kv_write(dtype_, k_data(slot), v_data(slot), capacity_, n_kv_heads_, head_dim_, k_rows,
                 v_rows, pos, T, k_scale_data(slot), v_scale_data(slot));
 }
 
 float* KvCache::k_scale_data(int64_t slot) {
-  if (dtype_ != ops::KvDType::I8) return nullptr;
+  if (row_scales_ == 0) return nullptr;
   return reinterpret_cast<float*>(data_.get() + slot * slot_bytes_ + scale_off_);
 }
 float* KvCache::v_scale_data(int64_t slot) {
-  if (dtype_ != ops::KvDType::I8) return nullptr;
-  return k_scale_data(slot) + capacity_ * n_kv_heads_;
+  if (row_scales_ == 0 || areas_ != 2) return nullptr;
+  return k_scale_data(slot) + capacity_ * row_scales_;
 }
 
 int64_t KvCache::bytes_per_position_per_slot() const {
-  return 2 * row_bytes_ +
-         (dtype_ == ops::KvDType::I8 ? 2 * n_kv_heads_ * int64_t(sizeof(float)) : 0);
+  return areas_ * (row_bytes_ + row_scales_ * int64_t(sizeof(float)));
+}
+
+void KvCache::write_h(int64_t slot, const float* h, const int64_t* pos, int64_t T) {
+  if (!ops::is_store_h(dtype_)) throw std::logic_error("write_h on a K/V cache");
+  uint8_t* base = static_cast<uint8_t*>(k_data(slot));  // [capacity, row_bytes]
+  float* sc = k_scale_data(slot);                       // [capacity, row_scales] or null
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t r = pos[t] % capacity_;
+    ops::h_row_store(dtype_, h + t * dim_, dim_, base + r * row_bytes_,
+                     sc ? sc + r * row_scales_ : nullptr);
+  }
+}
+
+void KvCache::read_h(int64_t slot, int64_t p, float* out) const {
+  KvCache& self = const_cast<KvCache&>(*this);  // read only; the accessors are shared
+  const int64_t r = p % capacity_;
+  const float* sc = self.k_scale_data(slot);
+  ops::h_row_load(dtype_, static_cast<const uint8_t*>(self.k_data(slot)) + r * row_bytes_,
+                  sc ? sc + r * row_scales_ : nullptr, dim_, out);
 }
 
 void* KvCache::k_data(int64_t slot) { return data_.get() + slot * slot_bytes_; }
-void* KvCache::v_data(int64_t slot) { return data_.get() + slot * slot_bytes_ + capacity_ * row_bytes_; }
+void* KvCache::v_data(int64_t slot) {
+  if (areas_ != 2) return nullptr;  // store-h keeps no V
+  return data_.get() + slot * slot_bytes_ + capacity_ * row_bytes_;
+}
 
 ops::KvView KvCache::view(int64_t slot) const {
   ops::KvView v;

@@ -95,9 +95,16 @@ class KvCache {
   ops::KvView view(int64_t slot) const;
   void* k_data(int64_t slot);
   void* v_data(int64_t slot);
-  // I8 only (nullptr otherwise): [capacity, n_kv_heads] float scales of a slot's K / V.
+  // I8: [capacity, n_kv_heads] float scales of a slot's K / V. H8 / H4: k_scale_data is
+  // [capacity, scales per h row]. nullptr otherwise.
   float* k_scale_data(int64_t slot);
   float* v_scale_data(int64_t slot);
+  // Store-h (ops::is_store_h(dtype())): write h rows [T, dim] at positions pos[T] / read the
+  // h row of position p back as float (out [dim]). The slot holds no K/V; the layer rebuilds
+  // them (model/layer.cc).
+  void write_h(int64_t slot, const float* h, const int64_t* pos, int64_t T);
+  void read_h(int64_t slot, int64_t p, float* out) const;
+  int64_t dim() const { return dim_; }
   // Bytes one position takes in one slot (K + V, scales included).
   int64_t bytes_per_position_per_slot() const;
   int64_t n_kv_heads() const { return n_kv_heads_; }
@@ -108,10 +115,12 @@ class KvCache {
  private:
   KvCache(const KvCache& other, MemoryTracker* tracker);  // deep copy, see clone()
   SlotLayout layout_;
-  int64_t capacity_, window_, n_kv_heads_, head_dim_;
+  int64_t capacity_, window_, n_kv_heads_, head_dim_, dim_;
   int64_t extra_slots_ = 0;
   ops::KvDType dtype_;
-  int64_t row_bytes_;    // one position's K (or V) in one slot, values only
+  int64_t row_bytes_;    // one position's K (or V, or store-h h) in one slot, values only
+  int64_t areas_ = 2;    // 2: K and V; 1: store-h (h only)
+  int64_t row_scales_ = 0;  // float scales per row per area (I8: n_kv_heads; H8: 1; H4: groups)
   int64_t scale_off_;    // offset of a slot's K scales from its start (I8; else unused)
   int64_t slot_bytes_;   // K and V of one slot (+ I8 scales), a multiple of 16
   int64_t bytes_;

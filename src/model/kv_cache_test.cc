@@ -2,9 +2,13 @@
 // scales), copy_row with scales and shared groups, and the shared-prefix refusals.
 #include "model/kv_cache.h"
 
+#include "ops/kv_quant.h"
+
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
@@ -98,6 +102,66 @@ TEST(KvCache, SharedPrefixRefusesInt8AndSharedGroups) {
       std::invalid_argument);
   KvCache pre(c, 4, 4, 0, ops::KvDType::F16, nullptr, 0, 1);
   KvCache tail(c, 4, 4, 0, ops::KvDType::F16, nullptr, 0, 1);
+  EXPECT_THROW(tail.set_shared_prefix(&pre), std::invalid_argument);
+}
+
+
+// Store-h rows: every precision round-trips within half a quantization step on odd lengths
+// (the last int4 group shorter), int4 packs two values per byte low nibble first.
+TEST(StoreHRows, RoundTripWithinHalfAStep) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> d(-3.f, 3.f);
+  for (auto t : {ops::KvDType::H16, ops::KvDType::H8, ops::KvDType::H4})
+    for (int64_t n : {1, 3, 32, 33, 64, 65}) {
+      std::vector<float> x(static_cast<size_t>(n)), back(x.size());
+      for (auto& e : x) e = d(rng);
+      std::vector<uint8_t> row(static_cast<size_t>(ops::h_row_bytes(t, n)));
+      std::vector<float> sc(static_cast<size_t>(ops::h_row_scales(t, n)) + 1, NAN);
+      ops::h_row_store(t, x.data(), n, row.data(), sc.data());
+      ops::h_row_load(t, row.data(), sc.data(), n, back.data());
+      for (int64_t i = 0; i < n; ++i) {
+        float step = 0;  // the quantization step of element i
+        if (t == ops::KvDType::H16) step = std::ldexp(1.f, std::ilogb(x[size_t(i)]) - 10);
+        if (t == ops::KvDType::H8) step = sc[0];
+        if (t == ops::KvDType::H4) step = sc[size_t(i / ops::kH4Group)];
+        EXPECT_LE(std::fabs(back[size_t(i)] - x[size_t(i)]), 0.5f * step * 1.0001f)
+            << int(t) << " n=" << n << " i=" << i;
+      }
+      EXPECT_TRUE(std::isnan(sc.back()));  // wrote no more scales than h_row_scales says
+    }
+  EXPECT_EQ(ops::h_row_bytes(ops::KvDType::H4, 65), 33);
+  EXPECT_EQ(ops::h_row_scales(ops::KvDType::H4, 65), 3);
+  const float x[3] = {7.f, -7.f, 0.f};  // scale 1: q = 7, -7, 0 -> stored 15, 1, 8
+  uint8_t row[2];
+  float sc = 0;
+  ops::h_row_store(ops::KvDType::H4, x, 3, row, &sc);
+  EXPECT_EQ(sc, 1.f);
+  EXPECT_EQ(row[0], 0x1F);
+  EXPECT_EQ(row[1], 0x08);
+}
+
+TEST(KvCache, StoreHKeepsHRowsOnly) {
+  ModelConfig c = small_config();
+  c.dim = 40;  // 2 kv heads x 5 = 10 K/V values per position, h is 40 wide
+  KvCache h4(c, 2, 6, 0, ops::KvDType::H4, nullptr);
+  EXPECT_EQ(h4.bytes_per_position_per_slot(), 20 + 2 * 4);  // 40 nibbles + 2 group scales
+  KvCache h16(c, 2, 6, 0, ops::KvDType::H16, nullptr);
+  EXPECT_EQ(h16.bytes_per_position_per_slot(), 80);
+  EXPECT_EQ(h16.v_data(0), nullptr);
+  std::vector<float> x(40), back(40);
+  for (int i = 0; i < 40; ++i) x[size_t(i)] = 0.25f * float(i - 20);  // max abs 5
+  KvCache h8(c, 2, 6, 0, ops::KvDType::H8, nullptr);
+  const int64_t pos = 9, src = h8.layout().loop(0, 0), dst = h8.layout().loop(1, 0);
+  h8.write_h(src, x.data(), &pos, 1);
+  h8.read_h(src, pos, back.data());
+  for (int i = 0; i < 40; ++i) EXPECT_NEAR(back[size_t(i)], x[size_t(i)], 5.f / 127.f / 2 * 1.001f);
+  h8.copy_row(src, dst, pos);
+  std::vector<float> copied(40);
+  h8.read_h(dst, pos, copied.data());
+  EXPECT_EQ(copied, back);
+  std::vector<float> kv_rows(10);
+  EXPECT_THROW(h8.write(src, kv_rows.data(), kv_rows.data(), &pos, 1), std::invalid_argument);
+  KvCache pre(c, 2, 6, 0, ops::KvDType::H16, nullptr), tail(c, 2, 6, 0, ops::KvDType::H16, nullptr);
   EXPECT_THROW(tail.set_shared_prefix(&pre), std::invalid_argument);
 }
 

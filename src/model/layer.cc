@@ -1,6 +1,9 @@
 #include "model/layer.h"
 
+#include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <vector>
 
 #include "ops/attention_segments.h"
 
@@ -34,18 +37,80 @@ void project_qkv(const ModelConfig& c, const LayerWeights& L, const float* x, in
   }
 }
 
+void rope_rows(const ModelConfig& c, float* x, int64_t T, int64_t n_heads, const int64_t* pos) {
+  if (!c.uses_rope()) return;
+  const auto layout = c.pos_encoding == PosEncoding::RopeHalf ? ops::RopeLayout::Half
+                                                               : ops::RopeLayout::Interleaved;
+  ops::rope(x, T, n_heads, c.head_dim, pos, static_cast<float>(c.rope_theta), layout);
+}
+
+// Store-h attention (docs/kv-cache.md): the slot keeps the normed input h of every position;
+// K/V of the visible positions are rebuilt from the stored (rounded) h rows with this
+// layer's own projection (+ bias, RoPE at each key's position) and attended as a float32
+// slot. The new tokens' K/V are rebuilt from their stored rows too, so a row's K/V never
+// depend on which forward wrote it (cached == uncached, bit for bit).
+//   q [T, n_heads * head_dim] (roped), out [T, n_heads * head_dim]
+void attend_store_h(const ModelConfig& c, const LayerWeights& L, int64_t slot, const float* x,
+                    const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws) {
+  if (ws.router)
+    throw std::invalid_argument(
+        "store-h kv_mode (h_fp16, h_int8, h_int4) does not support speculative decoding yet");
+  kv.write_h(slot, x, pos, T);
+  int64_t lo = pos[0], hi = pos[0];
+  for (int64_t t = 0; t < T; ++t) {
+    ws.k_lo[t] = kv.first_visible(pos[t]);
+    lo = std::min(lo, ws.k_lo[t]);
+    hi = std::max(hi, pos[t]);
+  }
+  const int64_t n = hi - lo + 1, D = c.dim, kw = kv_width(c), qw = q_width(c);
+  std::vector<float> h(static_cast<size_t>(n * D));  // [n, D] stored h rows, decoded
+  std::vector<int64_t> kpos(static_cast<size_t>(n));  // [n] their positions
+  for (int64_t i = 0; i < n; ++i) {
+    kpos[size_t(i)] = lo + i;
+    kv.read_h(slot, lo + i, h.data() + i * D);
+  }
+  std::vector<float> k(static_cast<size_t>(n * kw)), v(k.size());  // [n, kw] rebuilt K, V
+  if (c.qkv_fused) {
+    std::vector<float> qkv(static_cast<size_t>(n * (qw + 2 * kw)));  // [n, q | k | v]
+    linear(L.wqkv, h.data(), n, qkv.data());
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(k.data() + i * kw, qkv.data() + i * (qw + 2 * kw) + qw, sizeof(float) * kw);
+      std::memcpy(v.data() + i * kw, qkv.data() + i * (qw + 2 * kw) + qw + kw, sizeof(float) * kw);
+    }
+  } else {
+    linear(L.wk, h.data(), n, k.data());
+    linear(L.wv, h.data(), n, v.data());
+  }
+  rope_rows(c, k.data(), n, c.n_kv_heads, kpos.data());
+  // A float32 slot of capacity n: position p in row p % n, a bijection on lo .. hi.
+  std::vector<float> ks(k.size()), vs(v.size());  // [n, kw]
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = (lo + i) % n;
+    std::memcpy(ks.data() + r * kw, k.data() + i * kw, sizeof(float) * kw);
+    std::memcpy(vs.data() + r * kw, v.data() + i * kw, sizeof(float) * kw);
+  }
+  ops::KvView view;
+  view.dtype = ops::KvDType::F32;
+  view.k = ks.data();
+  view.v = vs.data();
+  view.capacity = n;
+  view.n_kv_heads = c.n_kv_heads;
+  view.head_dim = c.head_dim;
+  ops::attention(ws.q.data(), T, c.n_heads, view, pos, ws.k_lo.data(), ws.attn.data());
+}
+
 // ws.proj[T, D] = attention sublayer output (before the residual) of normed input x.
 void attention_sublayer(const ModelConfig& c, const LayerWeights& L, int64_t slot,
                         const float* x, const int64_t* pos, int64_t T, KvCache& kv,
                         Workspace& ws) {
   project_qkv(c, L, x, T, ws);
-  if (c.uses_rope()) {
-    const auto layout = c.pos_encoding == PosEncoding::RopeHalf ? ops::RopeLayout::Half
-                                                                 : ops::RopeLayout::Interleaved;
-    const float theta = static_cast<float>(c.rope_theta);
-    ops::rope(ws.q.data(), T, c.n_heads, c.head_dim, pos, theta, layout);
-    ops::rope(ws.k.data(), T, c.n_kv_heads, c.head_dim, pos, theta, layout);
+  rope_rows(c, ws.q.data(), T, c.n_heads, pos);
+  if (ops::is_store_h(kv.dtype())) {
+    attend_store_h(c, L, slot, x, pos, T, kv, ws);
+    linear(L.wo, ws.attn.data(), T, ws.proj.data());
+    return;
   }
+  rope_rows(c, ws.k.data(), T, c.n_kv_heads, pos);
   if (ws.router)
     ws.router->attend(c, slot, ws.q.data(), ws.k.data(), ws.v.data(), pos, T, kv,
                       ws.k_lo.data(), ws.attn.data());

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 
 #include "cpu/kernels.h"
 #include "ops/ops.h"
@@ -80,6 +81,7 @@ void kv_write(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_he
 
 void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
                const int64_t* q_pos, const int64_t* k_lo, float* out) {
+  if (is_store_h(kv.dtype)) throw std::logic_error("attention on a store-h slot: rebuild K/V first");
   if (scalar()) return ref::attention(q, T, n_heads, kv, q_pos, k_lo, out);
   if (kv.dtype == KvDType::I8) return cpu::attention_int8(q, T, n_heads, kv, q_pos, k_lo, out);
   cpu::attention(q, T, n_heads, kv, q_pos, k_lo, out);

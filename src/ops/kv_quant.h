@@ -28,3 +28,22 @@ void attention_i8(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
 }  // namespace ref
 
 }  // namespace tinyloop::ops
+
+namespace tinyloop::ops {
+
+// Store-h rows (KvDType::H16 / H8 / H4, docs/kv-cache.md). One row is the [n] floats of a
+// layer's normalised input at one position:
+//   H16: n halves;   H8: n int8 + 1 float scale (as quantize_row_i8);
+//   H4:  ceil(n / 2) bytes, value i in the low nibble of byte i / 2 when i is even, else the
+//        high one, stored as q + 8 with q in [-7, 7]; one float scale per group of
+//        kH4Group values (the last group may be shorter), scale = max|x| / 7.
+inline constexpr int64_t kH4Group = 32;
+// Bytes of one row's values, and float scales per row.
+int64_t h_row_bytes(KvDType t, int64_t n);
+int64_t h_row_scales(KvDType t, int64_t n);
+// Store x[n] as one row (values at `row`, scales at `scales`).
+void h_row_store(KvDType t, const float* x, int64_t n, void* row, float* scales);
+// out[n] = the stored row, decoded to float.
+void h_row_load(KvDType t, const void* row, const float* scales, int64_t n, float* out);
+
+}  // namespace tinyloop::ops

@@ -66,7 +66,11 @@ void add(const float* a, const float* b, int64_t n, float* y);
 
 // Storage of K/V rows: float32, IEEE half, or int8 with one float32 scale per
 // (position, kv head) (docs/kv-cache.md): value = int8 * scale, scale = max|x| / 127.
-enum class KvDType { F32, F16, I8 };
+// H16 / H8 / H4 are the store-h modes: a slot keeps the attention layer's normalised input
+// h [dim] per position (half; int8 + one scale; int4 + one scale per 32 values) and the
+// model layer rebuilds K/V from it into a float32 view; kv_write / attention never see them.
+enum class KvDType { F32, F16, I8, H16, H8, H4 };
+inline bool is_store_h(KvDType t) { return t == KvDType::H16 || t == KvDType::H8 || t == KvDType::H4; }
 
 // One KV slot's keys and values: `capacity` rows of [n_kv_heads, head_dim]. The key of
 // absolute position p lives in row p % capacity (a ring when capacity < sequence length).

@@ -14,24 +14,30 @@ bool env_flag(const char* name) {
 
 ops::KvDType parse_kv_mode(const std::optional<std::string>& mode) {
   std::string m = mode.value_or("");
-  if (m.empty())
-    m = env_flag("TINYLOOP_KV_INT8") ? "int8" : env_flag("TINYLOOP_KV_FP32") ? "fp32" : "fp16";
+  if (m.empty()) {
+    // DESIGN.md section 5: TINYLOOP_KV_H_MODE selects store-h, whose precision is fp16 unless
+    // TINYLOOP_KV_INT8 / TINYLOOP_KV_INT4 say otherwise; int4 exists only as store-h.
+    const bool h = env_flag("TINYLOOP_KV_H_MODE"), i8 = env_flag("TINYLOOP_KV_INT8"),
+               i4 = env_flag("TINYLOOP_KV_INT4");
+    if (i4 && !h)
+      throw std::invalid_argument(
+          "TINYLOOP_KV_INT4 needs TINYLOOP_KV_H_MODE=1 (int4 KV exists only as store-h)");
+    if (h) m = i4 ? "h_int4" : i8 ? "h_int8" : "h_fp16";
+    else m = i8 ? "int8" : env_flag("TINYLOOP_KV_FP32") ? "fp32" : "fp16";
+  }
   if (m == "fp16") return ops::KvDType::F16;
   if (m == "fp32") return ops::KvDType::F32;
   if (m == "int8") return ops::KvDType::I8;
-  if (m == "h_fp16" || m == "h_int8" || m == "h_int4")
-    throw std::invalid_argument("kv_mode '" + m +
-                                "' (store-h) is not implemented yet (supported: fp16, fp32, int8)");
-  throw std::invalid_argument("kv_mode must be 'fp16', 'fp32' or 'int8', got '" + m + "'");
+  if (m == "h_fp16") return ops::KvDType::H16;
+  if (m == "h_int8") return ops::KvDType::H8;
+  if (m == "h_int4") return ops::KvDType::H4;
+  throw std::invalid_argument(
+      "kv_mode must be 'fp16', 'fp32', 'int8', 'h_fp16', 'h_int8' or 'h_int4', got '" + m + "'");
 }
 
 }  // namespace
 
 Engine::Engine(const std::string& path, const EngineOptions& opts) {
-  for (const char* unsupported : {"TINYLOOP_KV_H_MODE", "TINYLOOP_KV_INT4"})
-    if (env_flag(unsupported))
-      throw std::invalid_argument(std::string(unsupported) +
-                                  " is set, but that KV mode is not implemented yet");
   kv_dtype_ = parse_kv_mode(opts.kv_mode);
   kv_cache_disabled_ = env_flag("TINYLOOP_DISABLE_KV_CACHE");
   model_ = std::make_unique<model::LoopedModel>(ModelFile::open(path));
@@ -77,6 +83,9 @@ std::string Engine::kv_mode() const {
   switch (kv_dtype_) {
     case ops::KvDType::F32: return "fp32";
     case ops::KvDType::I8: return "int8";
+    case ops::KvDType::H16: return "h_fp16";
+    case ops::KvDType::H8: return "h_int8";
+    case ops::KvDType::H4: return "h_int4";
     default: return "fp16";
   }
 }

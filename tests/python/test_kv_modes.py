@@ -29,12 +29,13 @@ class CachedReference:
     into the slot, then attend to every row the slot holds for positions <= their own (within
     `window`). Built from reference.py's pieces, independent of the engine."""
 
-    def __init__(self, cfg, tensors, loops, groups=0, window=0):
+    def __init__(self, cfg, tensors, loops, groups=0, window=0, store_h=None):
         self.cfg = ref._prepare(cfg, tensors)
         self.t = tensors
         self.loops = loops
         self.groups = loops if groups <= 0 or groups >= loops else groups
         self.window = window
+        self.store_h = store_h  # None, or a function rounding h rows as a store-h mode keeps them
         self.p = layer_prefixes(self.cfg)
         self.k: dict[int, dict[int, np.ndarray]] = {}  # slot -> position -> [KVH, hd] (roped)
         self.v: dict[int, dict[int, np.ndarray]] = {}  # slot -> position -> [KVH, hd]
@@ -44,6 +45,8 @@ class CachedReference:
         c = self.cfg
         H, KVH, hd = c["n_heads"], c["n_kv_heads"], c["head_dim"]
         q, k, v = ref._qkv(c, self.t, pfx, h)  # [T, H hd], [T, KVH hd], [T, KVH hd]
+        if self.store_h is not None:  # K/V come from the stored (rounded) h rows
+            _, k, v = ref._qkv(c, self.t, pfx, self.store_h(h))
         q = q.reshape(len(pos), H, hd)
         k = k.reshape(len(pos), KVH, hd)
         v = v.reshape(len(pos), KVH, hd)
@@ -108,17 +111,17 @@ class CachedReference:
         return s[-1] @ head.T  # [V]
 
 
-def cached_stepwise(m, ids, prefill, loops, groups, window=0):
+def cached_stepwise(m, ids, prefill, loops, groups, window=0, store_h=None):
     """Logits [len(ids) - prefill + 1, V], as Model._stepwise_logits."""
-    r = CachedReference(m.cfg, m.tensors, loops, groups, window)
+    r = CachedReference(m.cfg, m.tensors, loops, groups, window, store_h)
     rows = [r.forward(ids[:prefill])]
     for i in range(prefill, len(ids)):
         rows.append(r.forward(ids[i:i + 1]))
     return np.stack(rows)
 
 
-def cached_greedy(m, prompt, max_tokens, loops, groups, window=0):
-    r = CachedReference(m.cfg, m.tensors, loops, groups, window)
+def cached_greedy(m, prompt, max_tokens, loops, groups, window=0, store_h=None):
+    r = CachedReference(m.cfg, m.tensors, loops, groups, window, store_h)
     ids = [int(x) for x in prompt]
     logits = r.forward(ids)
     for _ in range(max_tokens):
@@ -271,9 +274,8 @@ def test_int8_selected_by_kwarg_and_env(test_models):
             assert model.config()["kv_mode"] == "fp16"
     finally:
         os.environ.pop("TINYLOOP_KV_INT8")
-    for mode in ("h_fp16", "h_int8", "h_int4"):
-        with pytest.raises(ValueError, match="store-h"):
-            tl.Model(m.path, kv_mode=mode)
+    with pytest.raises(ValueError, match="kv_mode must be"):
+        tl.Model(m.path, kv_mode="h_int3")
 
 
 @pytest.mark.parametrize("name", SHARED_VARIANTS + ["ouro_interleaved_bf16"])
@@ -391,3 +393,119 @@ def test_window_long_generation_shared_mode(test_models, groups):
         _, mem_short = _window_peak(model, N_NEW - 20, kv_loop_slots=groups)
     assert mem == pytest.approx(mem_short, abs=1e-9)
     assert toks == cached_greedy(m, PROMPT[:6], N_NEW, 3, groups, window=WINDOW)
+
+
+# ---------------------------------------------------------------------------------------
+# store-h modes
+
+
+def _h_fp16(h):
+    return h.astype(np.float32).astype(np.float16).astype(np.float64)
+
+
+def _h_int8(h):
+    """docs/kv-cache.md: per row, scale = max|x| / 127, round half even, clamp."""
+    h = h.astype(np.float32)
+    amax = np.abs(h).max(axis=1, keepdims=True)
+    q = np.rint(np.clip(h * (np.float32(127) / amax), -127, 127))
+    return (q * (amax / np.float32(127))).astype(np.float64)
+
+
+def _h_int4(h):
+    """Groups of 32 along the row, scale = max|x| / 7, q in [-7, 7]."""
+    h = h.astype(np.float32)
+    out = np.empty_like(h, dtype=np.float64)
+    for g0 in range(0, h.shape[1], 32):
+        x = h[:, g0:g0 + 32]
+        amax = np.abs(x).max(axis=1, keepdims=True)
+        q = np.rint(np.clip(x * (np.float32(7) / amax), -7, 7))
+        out[:, g0:g0 + 32] = q * (amax / np.float32(7))
+    return out
+
+
+H_MODES = {"h_fp16": (_h_fp16, 1e-4), "h_int8": (_h_int8, 2e-3), "h_int4": (_h_int4, None)}
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt_learned", "huginn_gqa_f16", "ouro_interleaved_bf16"])
+@pytest.mark.parametrize("mode", list(H_MODES))
+def test_store_h_logits_match_cached_reference(test_models, name, mode):
+    """K/V rebuilt from the stored h (bias, RoPE at the key's position, fused or split QKV,
+    GQA) equal the numpy decode that rounds h the same way. int8/int4 rounding may break a
+    tie differently from float64 inputs, so int8 gets a looser bound and int4 is checked
+    against fp32 only loosely (its rounding is unit-tested in C++)."""
+    m = test_models[name]
+    ids = np.random.default_rng(5).integers(0, m.cfg["vocab_size"], size=16).astype(np.int32)
+    with tl.Model(m.path, kv_mode=mode) as model:
+        assert model.config()["kv_mode"] == mode
+        got = model._stepwise_logits(ids, 6, loops=3)
+    rounding, tol = H_MODES[mode]
+    if tol is not None:
+        want = cached_stepwise(m, ids, 6, 3, 0, store_h=rounding)
+        assert rel_err(got, want) < tol, f"{name} {mode}: {rel_err(got, want):.2e}"
+    exact = cached_stepwise(m, ids, 6, 3, 0)
+    assert 0 < rel_err(got, exact) < 0.5
+
+
+@pytest.mark.parametrize("mode", list(H_MODES))
+def test_store_h_cached_equals_uncached_shared_and_window(test_models, mode):
+    m = test_models["huginn_gqa_f16"]
+    with tl.Model(m.path, kv_mode=mode, max_seq_len=128) as model:
+        toks, mem = _window_peak(model, N_NEW)
+        _, mem_short = _window_peak(model, N_NEW - 20)
+        shared = model.generate(PROMPT[:6], max_tokens=30, loops=4, kv_loop_slots=1, stop_at_eos=False)
+    assert mem == pytest.approx(mem_short, abs=1e-9)
+    masked = _uncached(m.path, lambda md: md.generate(PROMPT[:6], max_tokens=N_NEW, loops=3,
+                                                      cache_window=WINDOW, stop_at_eos=False),
+                       kv_mode=mode, max_seq_len=128)
+    assert toks == masked
+    if mode == "h_fp16":  # store-h with shared loop groups: the numpy decode with both
+        assert shared == cached_greedy(m, PROMPT[:6], 30, 4, 1, store_h=_h_fp16)
+    assert len(shared) == 36
+
+
+def test_store_h_memory_and_env(test_models):
+    m = test_models["huginn"]  # dim 64 = n_kv_heads * head_dim: h rows are half of K + V
+
+    def peak(mode):
+        with tl.Model(m.path, kv_mode=mode) as model:
+            base = model.vram_usage_mb()
+            seen = []
+            model.generate_stream(PROMPT, lambda t: seen.append(model.vram_usage_mb()), max_tokens=60,
+                                  loops=4, stop_at_eos=False)
+            return max(seen) - base
+
+    p = {mode: peak(mode) for mode in ("fp16", "h_fp16", "h_int8", "h_int4")}
+    assert p["h_int4"] < p["h_int8"] < p["h_fp16"] < p["fp16"]
+    for env, want in [({"TINYLOOP_KV_H_MODE": "1"}, "h_fp16"),
+                      ({"TINYLOOP_KV_H_MODE": "1", "TINYLOOP_KV_INT8": "1"}, "h_int8"),
+                      ({"TINYLOOP_KV_H_MODE": "1", "TINYLOOP_KV_INT4": "1"}, "h_int4")]:
+        os.environ.update(env)
+        try:
+            with tl.Model(m.path) as model:
+                assert model.config()["kv_mode"] == want
+        finally:
+            for k in env:
+                os.environ.pop(k)
+    os.environ["TINYLOOP_KV_INT4"] = "1"
+    try:
+        with pytest.raises(ValueError, match="TINYLOOP_KV_H_MODE"):
+            tl.Model(m.path)
+    finally:
+        os.environ.pop("TINYLOOP_KV_INT4")
+
+
+def test_store_h_composes_and_refuses(test_models):
+    m = test_models["huginn"]
+    with tl.Model(m.path, kv_mode="h_int8") as model:
+        want = model.generate(PROMPT, max_tokens=16, loops=4)
+        assert model.generate(PROMPT, max_tokens=16, loops=4, early_exit_patience=1,
+                              early_exit_tau=0.0) == want
+        h = model.build_resume_handle(PROMPT, loops=2, max_loops=4, max_tokens=16)
+        assert model.resume_generate(h, loops=4, max_tokens=16) == want
+        with pytest.raises(ValueError, match="speculative"):
+            model.generate_speculative(PROMPT, max_tokens=16, draft_loops=2, verify_loops=4)
+        with pytest.raises(ValueError, match="store-h"):
+            cache = model.build_prefix_cache(PROMPT[:4], loops=4)
+            model.generate_from_prefix_cache(cache, PROMPT[4:], loops=4)
+        with pytest.raises(ValueError, match="store-h"):
+            model.generate(PROMPT, max_tokens=4, loops=4, beam_size=2)
