@@ -284,6 +284,33 @@ TEST_F(BeamModelTest, SharedPrefixTailsMatchWholeSequenceScoring) {
     }
 }
 
+TEST_F(BeamModelTest, AssignTailFromMakesATailThatDecodesIdentically) {
+  // Two tails over one prompt prefix hold different tokens; after b.assign_tail_from(a)
+  // the next decode step gives bit-identical logits on both (every slot's rows copied).
+  const auto& m = engine_->model();
+  const Seq prompt = {1, 5, 9, 2, 7};
+  const int64_t L = 3;
+  auto pre = engine_->new_cache(L, int64_t(prompt.size()), 0, engine_->kv_dtype());
+  std::vector<float> la, lb;  // [V]
+  m.forward(prompt.data(), int64_t(prompt.size()), *pre, model::LogitRows::Last, la, L);
+  auto a = engine_->new_cache(L, 6, 0, engine_->kv_dtype());
+  auto b = engine_->new_cache(L, 6, 0, engine_->kv_dtype());
+  a->set_shared_prefix(pre.get());
+  b->set_shared_prefix(pre.get());
+  const Seq ta = {4, 8, 12, 6}, tb = {30, 0};
+  m.forward(ta.data(), 4, *a, model::LogitRows::Last, la, L);
+  m.forward(tb.data(), 2, *b, model::LogitRows::Last, lb, L);
+  b->assign_tail_from(*a);
+  EXPECT_EQ(b->length(), a->length());
+  const int32_t next = 17;
+  m.forward(&next, 1, *a, model::LogitRows::Last, la, L);
+  m.forward(&next, 1, *b, model::LogitRows::Last, lb, L);
+  EXPECT_EQ(la, lb);
+  // A tail of another prefix (or a plain cache) is refused.
+  auto plain = engine_->new_cache(L, 6, 0, engine_->kv_dtype());
+  EXPECT_THROW(plain->assign_tail_from(*a), std::logic_error);
+}
+
 TEST_F(BeamModelTest, EarlyExitAndWindowRunPerBeam) {
   GenerateRequest req;
   req.prompt = {1, 5, 9, 2};
