@@ -112,8 +112,8 @@ def chat_template(model) -> str | None:
 def render_chat(template: str, messages: list[dict], add_generation_prompt: bool = True,
                 **special_tokens) -> str:
     """Render a Hugging Face chat template the way transformers' apply_chat_template does
-    (sandboxed Jinja2, trim_blocks, lstrip_blocks, raise_exception). special_tokens become
-    template variables (bos_token="<s>", eos_token=...)."""
+    (sandboxed Jinja2, trim_blocks, lstrip_blocks, loop controls, raise_exception,
+    strftime_now). special_tokens become template variables (bos_token="<s>", eos_token=...)."""
     try:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
     except ImportError:
@@ -123,8 +123,14 @@ def render_chat(template: str, messages: list[dict], add_generation_prompt: bool
     def raise_exception(message):
         raise TemplateError(message)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    def strftime_now(fmt):  # Llama 3.x templates print today's date
+        import datetime
+        return datetime.datetime.now().strftime(fmt)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
     try:
         return env.from_string(template).render(messages=messages,
                                                 add_generation_prompt=add_generation_prompt,

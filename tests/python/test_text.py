@@ -156,6 +156,9 @@ def test_render_chat_passes_special_tokens_and_raise_exception():
     t = "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}" \
         "{% if add_generation_prompt %}[assistant] {% endif %}"
     assert render_chat(t, [{"role": "user", "content": "hi"}], bos_token="<s>") == "<s>[user] hi\n[assistant] "
+    t2 = "{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}{{ m['content'] }}{% endfor %}" \
+         "{{ strftime_now('%Y') | length }}"
+    assert render_chat(t2, [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]) == "a4"
     with pytest.raises(ValueError, match="chat template: roles must alternate"):
         render_chat("{{ raise_exception('roles must alternate') }}", [])
 
