@@ -14,6 +14,13 @@ std::shared_ptr<const PrefixCache> PrefixCache::build(std::shared_ptr<const Engi
   const Engine& e = *engine;
   e.check_tokens(prefix);  // also rejects an empty prefix
   const int64_t L = e.resolve_loops(loops);
+  // Two-segment attention reads fp16/fp32 K/V rows only (docs/kv-cache.md): refuse before
+  // the prefill rather than when the cache is first used.
+  if (e.kv_dtype() != ops::KvDType::F16 && e.kv_dtype() != ops::KvDType::F32)
+    throw std::invalid_argument(std::string(ops::is_store_h(e.kv_dtype()) ? "store-h " : "") +
+                                "kv_mode '" + e.kv_mode() +
+                                "' does not support a shared prefix KV yet (prefix cache, prefix "
+                                "pool, beam search): use kv_mode 'fp16' or 'fp32'");
   if (cache_window < 0)
     throw std::invalid_argument("cache_window must be >= 0, got " + std::to_string(cache_window));
   const auto P = static_cast<int64_t>(prefix.size());

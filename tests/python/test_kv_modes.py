@@ -344,8 +344,10 @@ def test_int8_refuses_prefix_cache_clearly(test_models):
     m = test_models["llama"]
     with tl.Model(m.path, kv_mode="int8") as model:
         with pytest.raises(ValueError, match="int8"):
-            cache = model.build_prefix_cache(PROMPT[:6], loops=3)
-            model.generate_from_prefix_cache(cache, PROMPT[6:9], loops=3)
+            model.build_prefix_cache(PROMPT[:6], loops=3)
+        pool = tl.PrefixPool(max_bytes=1 << 22)
+        with pytest.raises(ValueError, match="int8"):
+            model.register_prefix(pool, PROMPT[:6], loops=3)
 
 
 # ---------------------------------------------------------------------------------------
@@ -505,7 +507,6 @@ def test_store_h_composes_and_refuses(test_models):
         with pytest.raises(ValueError, match="speculative"):
             model.generate_speculative(PROMPT, max_tokens=16, draft_loops=2, verify_loops=4)
         with pytest.raises(ValueError, match="store-h"):
-            cache = model.build_prefix_cache(PROMPT[:4], loops=4)
-            model.generate_from_prefix_cache(cache, PROMPT[4:], loops=4)
+            model.build_prefix_cache(PROMPT[:4], loops=4)
         with pytest.raises(ValueError, match="store-h"):
             model.generate(PROMPT, max_tokens=4, loops=4, beam_size=2)
