@@ -13,8 +13,9 @@ Hugging Face `Split(pattern, behavior="Isolated")` does. So the tokenizer here i
     decoder       = ByteLevel
 
 and it gives the same ids as llama.cpp's tokenizer (tests/oracles checks that on SmolLM2).
-Only the `gpt2` model (byte-level BPE, used by Llama 3, SmolLM, Qwen2, GPT-2...) is
-supported; anything else is refused with a ValueError that names it.
+The `gpt2` model (byte-level BPE: Llama 3, SmolLM, Qwen2, GPT-2...) and the `llama` model
+(SentencePiece BPE with byte fallback: Llama 2, TinyLlama, Mistral...) are supported;
+anything else is refused with a ValueError that names it.
 """
 from __future__ import annotations
 
@@ -93,9 +94,11 @@ def tokenizer_json_from_gguf(reader) -> str | None:
     if model is None:
         return None
     model = str(model)
+    if model == "llama":
+        return _spm_tokenizer_json(reader)
     if model != "gpt2":
         raise ValueError(f"GGUF tokenizer model {model!r} is not supported "
-                         "(supported: 'gpt2', byte-level BPE)")
+                         "(supported: 'gpt2' byte-level BPE, 'llama' SentencePiece)")
     pre = str(_field(reader, "tokenizer.ggml.pre", "default"))
     if pre not in _PRE:
         raise ValueError(f"GGUF pre-tokenizer {pre!r} (tokenizer.ggml.pre) is not supported "
@@ -156,6 +159,78 @@ def tokenizer_json_from_gguf(reader) -> str | None:
     }
     text = json.dumps(spec, ensure_ascii=False)
     _check_loads(text, pre)
+    return text
+
+
+def _spm_merges(tokens: list[str], types: list[int], scores: list[float]) -> list[list[str]]:
+    """BPE merges equivalent to SentencePiece's score-driven merging, as transformers'
+    SentencePieceExtractor builds them: every split of a normal piece into two vocabulary
+    pieces is a merge, ranked by the merged piece's score (higher first)."""
+    vocab = {t: i for i, t in enumerate(tokens) if types[i] in (_NORMAL, _USER_DEFINED)}
+    merges = []
+    for piece, i in vocab.items():
+        local = [(piece[:k], piece[k:]) for k in range(1, len(piece)) if piece[:k] in vocab and piece[k:] in vocab]
+        local.sort(key=lambda lr: (vocab[lr[0]], vocab[lr[1]]))
+        merges.extend((scores[i], l, r) for l, r in local)
+    merges.sort(key=lambda m: -m[0])  # stable: equal scores keep the order above
+    return [[l, r] for _, l, r in merges]
+
+
+def _spm_tokenizer_json(reader) -> str:
+    """`tokenizer.ggml.model` "llama" (SentencePiece BPE with byte fallback: Llama 2,
+    TinyLlama, Mistral...). llama.cpp merges adjacent pieces by the merged piece's score, maps
+    ' ' to U+2581, prepends one to each text fragment when add_space_prefix (default true) --
+    the first one and every one after a special token -- and falls back to <0xXX> byte tokens.
+    The Hugging Face equivalent: BPE with score-ranked merges and byte_fallback, and a
+    Prepend + Replace normalizer, which runs per fragment between added tokens."""
+    tokens = [str(t) for t in _field(reader, "tokenizer.ggml.tokens", [])]
+    if not tokens:
+        raise ValueError("GGUF tokenizer: tokenizer.ggml.tokens is missing or empty")
+    types = [int(t) for t in _field(reader, "tokenizer.ggml.token_type", [_NORMAL] * len(tokens))]
+    scores = _field(reader, "tokenizer.ggml.scores")
+    if scores is None:  # the merge order of a SentencePiece vocabulary is its scores
+        raise ValueError("GGUF tokenizer: SentencePiece ('llama') vocabulary without tokenizer.ggml.scores")
+    scores = [float(x) for x in scores]
+    if not len(types) == len(scores) == len(tokens):
+        raise ValueError(f"GGUF tokenizer: {len(tokens)} tokens, {len(types)} token types, {len(scores)} scores")
+    vocab: dict[str, int] = {}
+    for i, t in enumerate(tokens):
+        vocab.setdefault(t, i)  # a repeated piece keeps its first id
+    unk = _field(reader, "tokenizer.ggml.unknown_token_id")
+    unk_token = tokens[int(unk)] if unk is not None and 0 <= int(unk) < len(tokens) else None
+    added = [_added_token(i, t, types[i] in (_CONTROL, _UNKNOWN)) for i, t in enumerate(tokens)
+             if types[i] in (_CONTROL, _USER_DEFINED, _UNKNOWN)]
+
+    def _id(key):
+        v = _field(reader, key)
+        return int(v) if v is not None and 0 <= int(v) < len(tokens) else None
+
+    bos, eos = _id("tokenizer.ggml.bos_token_id"), _id("tokenizer.ggml.eos_token_id")
+    add_bos = bool(_field(reader, "tokenizer.ggml.add_bos_token", True))
+    add_eos = bool(_field(reader, "tokenizer.ggml.add_eos_token", False))
+    space_prefix = bool(_field(reader, "tokenizer.ggml.add_space_prefix", True))
+    normalizers = ([{"type": "Prepend", "prepend": "\u2581"}] if space_prefix else []) + \
+        [{"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]
+    spec = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": {"type": "Sequence", "normalizers": normalizers},
+        "pre_tokenizer": None,
+        "post_processor": _post_processor(add_bos, add_eos, tokens, bos, eos),
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+            {"type": "ByteFallback"},
+            {"type": "Fuse"},
+            *([{"type": "Strip", "content": " ", "start": 1, "stop": 0}] if space_prefix else []),
+        ]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": unk_token, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True,
+                  "ignore_merges": False, "vocab": vocab, "merges": _spm_merges(tokens, types, scores)},
+    }
+    text = json.dumps(spec, ensure_ascii=False)
+    _check_loads(text, "llama (SentencePiece)")
     return text
 
 

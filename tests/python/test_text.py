@@ -90,8 +90,32 @@ def test_llama3_style_pre_tokenizer_bos_and_user_defined_tokens():
     assert tok.decode(ids) == "hello world 1234<tool>"  # BOS is special, <tool> is text
 
 
+def test_sentencepiece_vocabulary_merges_by_score_with_byte_fallback():
+    """tokenizer.ggml.model 'llama': a space prefix on every fragment, ' ' as U+2581, pieces
+    merged highest score first (llama.cpp's rule), unknown characters as <0xXX> bytes.
+    tests/oracles checks a 20k-piece vocabulary against llama.cpp itself."""
+    from tokenizers import Tokenizer
+    from tinyloop.gguf_tokenizer import tokenizer_json_from_gguf
+
+    S = "\u2581"
+    pieces = [S, "h", "e", "l", "o", "w", "r", "d", S + "hello", "hello", "ll", "he", "hell", S + "h", S + "w",
+              "or", S + "wor"]
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    types = [2, 3, 3] + [6] * 256 + [1] * len(pieces)
+    scores = [0.0] * 259 + [0.0] * 8 + [-float(i) for i in range(1, len(pieces) - 7)]
+    r = _Reader(model="llama", tokens=tokens, token_type=types, scores=scores, bos_token_id=1,
+                eos_token_id=2, unknown_token_id=0)
+    tok = Tokenizer.from_str(tokenizer_json_from_gguf(r))
+    v = {t: i for i, t in enumerate(tokens)}
+    ids = tok.encode("hello world!</s>he").ids
+    # after </s>: "\u2581he" -> "he" (score -4) beats "\u2581h" (-6)
+    assert ids == [1, v[S + "hello"], v[S + "wor"], v["l"], v["d"], v["<0x21>"], 2, v[S], v["he"]]
+    assert tok.decode(ids) == "hello world! he"  # the fragment after </s> got its own space prefix
+
+
 @pytest.mark.parametrize("kv,message", [
-    (dict(model="llama", tokens=["a"]), "tokenizer model 'llama' is not supported"),
+    (dict(model="bert", tokens=["a"]), "tokenizer model 'bert' is not supported"),
+    (dict(model="llama", tokens=["a"]), "without tokenizer.ggml.scores"),
     (dict(model="gpt2", pre="deepseek-coder", tokens=["a"]), "pre-tokenizer 'deepseek-coder'"),
     (dict(model="gpt2", pre="smollm", tokens=["a", "b"], token_type=[1, 1]), "merges is missing"),
     (dict(model="gpt2", pre="smollm", tokens=["a", "a"], token_type=[1, 1], merges=[]), "appears twice"),
