@@ -81,9 +81,6 @@ class Conversation:
 
 
 def run(model, tokenizer, template: str | None, args, stdin=None, stdout=None) -> int:
-    import numpy as np
-    from .text import TextStreamer
-
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     cfg = model.config()
@@ -91,13 +88,24 @@ def run(model, tokenizer, template: str | None, args, stdin=None, stdout=None) -
     stops = _stop_sequences(tokenizer, cfg["eos_ids"])
     mode = "chat template" if template is not None else "no chat template: plain continuation"
     print(f"({mode}; an empty line quits)", file=stdout, flush=True)
+    try:
+        _loop(model, tokenizer, conv, stops, args, stdin, stdout)
+    except KeyboardInterrupt:  # Ctrl-C: leave quietly, as an empty line does
+        stdout.write("\n")
+    return 0
+
+
+def _loop(model, tokenizer, conv, stops, args, stdin, stdout) -> None:
+    import numpy as np
+    from .text import TextStreamer
+
     turn = 0
     while True:
         stdout.write("> ")
         stdout.flush()
         line = stdin.readline()
         if not line or not line.strip():
-            return 0
+            return
         conv.add_user(line.rstrip("\n"))
         try:
             ids = conv.prompt_ids(model.max_seq_len - args.max_tokens)
