@@ -57,6 +57,8 @@ def _generate_inputs(args) -> tuple[str | None, str]:
     if len(args.words) > 2 or (len(args.words) == 2 and args.model):
         raise ValueError("expected [MODEL] PROMPT (quote a prompt that has spaces)")
     model, prompt = (args.words if len(args.words) == 2 else (args.model, args.words[0]))
+    if len(args.words) == 1 and prompt.endswith((".tinyloop", ".gguf")) and os.path.exists(prompt):
+        raise ValueError(f"no PROMPT after the model {prompt} (generate [MODEL] PROMPT)")
     if model and model.endswith(".gguf"):
         raise ValueError(f"{model} is a GGUF file: convert it first (tinyloop convert {model} OUT.tinyloop)")
     return model or _default_model(), prompt

@@ -216,6 +216,8 @@ def test_generate_takes_the_model_as_first_argument(capsys):
     assert capsys.readouterr().out == positional and positional.startswith("It is a truth")
     assert cli.main(["generate", "x.gguf", "hi"]) == 1
     assert "convert it first" in capsys.readouterr().err
+    assert cli.main(["generate", BUNDLED]) == 1
+    assert "no PROMPT" in capsys.readouterr().err
 
 
 def _word_model(tmp_path, template):
