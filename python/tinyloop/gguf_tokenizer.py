@@ -56,6 +56,12 @@ def _field(reader, key: str, default=None):
     return f.contents()
 
 
+def _token_id(reader, key: str, n_tokens: int) -> int | None:
+    """A token id field, or None when absent or out of range (llama.cpp ignores those too)."""
+    v = _field(reader, key)
+    return int(v) if v is not None and 0 <= int(v) < n_tokens else None
+
+
 def chat_template_from_gguf(reader) -> str | None:
     """The default chat template (`tokenizer.chat_template`, Jinja2 text), or None."""
     t = _field(reader, "tokenizer.chat_template")
@@ -132,11 +138,8 @@ def tokenizer_json_from_gguf(reader) -> str | None:
     added = [_added_token(i, t, types[i] == _CONTROL) for i, t in enumerate(tokens)
              if types[i] in (_CONTROL, _USER_DEFINED)]
 
-    def _id(key):
-        v = _field(reader, key)
-        return int(v) if v is not None and 0 <= int(v) < len(tokens) else None
-
-    bos, eos = _id("tokenizer.ggml.bos_token_id"), _id("tokenizer.ggml.eos_token_id")
+    bos, eos = (_token_id(reader, k, len(tokens)) for k in ("tokenizer.ggml.bos_token_id",
+                                                             "tokenizer.ggml.eos_token_id"))
     add_bos = bool(_field(reader, "tokenizer.ggml.add_bos_token", add_bos_default))
     add_eos = bool(_field(reader, "tokenizer.ggml.add_eos_token", False))
 
@@ -196,16 +199,13 @@ def _spm_tokenizer_json(reader) -> str:
     vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)  # a repeated piece keeps its first id
-    unk = _field(reader, "tokenizer.ggml.unknown_token_id")
-    unk_token = tokens[int(unk)] if unk is not None and 0 <= int(unk) < len(tokens) else None
+    unk = _token_id(reader, "tokenizer.ggml.unknown_token_id", len(tokens))
+    unk_token = tokens[unk] if unk is not None else None
     added = [_added_token(i, t, types[i] in (_CONTROL, _UNKNOWN)) for i, t in enumerate(tokens)
              if types[i] in (_CONTROL, _USER_DEFINED, _UNKNOWN)]
 
-    def _id(key):
-        v = _field(reader, key)
-        return int(v) if v is not None and 0 <= int(v) < len(tokens) else None
-
-    bos, eos = _id("tokenizer.ggml.bos_token_id"), _id("tokenizer.ggml.eos_token_id")
+    bos, eos = (_token_id(reader, k, len(tokens)) for k in ("tokenizer.ggml.bos_token_id",
+                                                             "tokenizer.ggml.eos_token_id"))
     add_bos = bool(_field(reader, "tokenizer.ggml.add_bos_token", True))
     add_eos = bool(_field(reader, "tokenizer.ggml.add_eos_token", False))
     space_prefix = bool(_field(reader, "tokenizer.ggml.add_space_prefix", True))
