@@ -361,3 +361,19 @@ def test_bench_counts_quantized_bytes(tmp_path):
                   if e["dtype"] == "U8" and n != "embed.weight")
     assert w.weight_bytes == pytest.approx(logical * (0.5 + 4 / 32))
     assert w.dtype == "int4"
+
+
+def test_engine_mixed_smollm2_layout(tmp_path):
+    """SmolLM2's GGUF layout: int4 (Q4_1) linears, an int8 (Q8_0) tied embedding used as
+    the head, F16 scales, float norms."""
+    tl = _engine()
+    cfg = preset_config("llama", tie_embeddings=True, max_seq_len=128)
+    t = random_tensors(cfg, 3)
+    q = {**Q.quantize_tensors({k: v for k, v in t.items() if k != "embed.weight"}, "int4", 32,
+                              np.float16),
+         **Q.quantize_tensors({"embed.weight": t["embed.weight"]}, "int8", 32, np.float16)}
+    path = F.write_model(tmp_path / "mix.tinyloop", cfg, q)
+    with tl.Model(path) as model:
+        got = model.score(PROMPT, loops=1)
+    want = reference.forward(cfg, q, PROMPT, 1)
+    assert rel_err(got, want) < 1e-4
