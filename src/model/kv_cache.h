@@ -32,8 +32,10 @@ struct SlotLayout {
         loops(loops_),
         groups(loop_slots <= 0 || loop_slots >= loops_ ? loops_ : loop_slots) {}
   int64_t pre(int64_t i) const { return i; }
+  // In the exact layout iteration is used as is (loop(loops, 0) is one past the last loop
+  // slot, which callers use as an end marker); only a shared layout wraps.
   int64_t loop(int64_t iteration, int64_t j) const {
-    return n_pre + (iteration % groups) * n_loop + j;
+    return n_pre + (groups < loops ? iteration % groups : iteration) * n_loop + j;
   }
   int64_t post(int64_t k) const { return n_pre + groups * n_loop + k; }
   int64_t count() const { return n_pre + groups * n_loop + n_post; }
