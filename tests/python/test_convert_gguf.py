@@ -205,7 +205,7 @@ def test_gguf_without_or_with_unsupported_tokenizer_converts_without_one(tmp_pat
     write_gguf(src)  # no tokenizer.ggml.* metadata
     convert(src, dst, progress=False)
     assert read_model(dst).tokenizer_json is None
-    write_gguf(src, tokenizer_model="llama")  # SentencePiece: not expressible here
+    write_gguf(src, tokenizer_model="llama")  # SentencePiece without scores: refused by the builder
     convert(src, dst, progress=False)
     assert read_model(dst).tokenizer_json is None
     assert "tokenizer not embedded" in capsys.readouterr().err
