@@ -24,6 +24,9 @@ namespace tinyloop::cpu {
 // (fused dequant-in-dot). Output features are split across the thread pool.
 void matmul(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y);
 
+// y[T, N] with x quantized per 32 as llama.cpp does (ops/matmul_q8act.h), int8 / int4 weights.
+void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y);
+
 // Causal attention, same contract as ops::attention. (query row, kv head) pairs are split
 // across the thread pool.
 void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,

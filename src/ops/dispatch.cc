@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "cpu/kernels.h"
+#include "ops/matmul_q8act.h"
 #include "ops/ops.h"
 #include "ops/reference.h"
 
@@ -34,8 +35,14 @@ void set_force_scalar(bool on) { g_force_scalar.store(on ? 1 : 0); }
 bool force_scalar() { return scalar(); }
 
 void matmul(const float* x, int64_t T, const WeightView& w, const float* bias, float* y) {
+  if (w.act_q8 && q8act_applies(w)) return matmul_q8act(x, T, w, bias, y);
   if (scalar()) return ref::matmul(x, T, w, bias, y);
   cpu::matmul(x, T, w, bias, y);
+}
+
+void matmul_q8act(const float* x, int64_t T, const WeightView& w, const float* bias, float* y) {
+  if (scalar()) return ref::matmul_q8act(x, T, w, bias, y);
+  cpu::matmul_q8act(x, T, w, bias, y);
 }
 
 void weight_row_to_f32(const WeightView& w, int64_t row, float* out) {

@@ -31,6 +31,9 @@ struct WeightView {
   DType scale_dtype = DType::F32;   // quantized only: F32 or F16 scales / offsets
   const void* scales = nullptr;     // quantized only: [N, K / group]
   const void* offsets = nullptr;    // U4 only: [N, K / group]
+  // I8 / U4 only: matmul quantizes x per 32 columns as llama.cpp does (ops/matmul_q8act.h)
+  // when the group allows it (a multiple of 32); set per Model (quant_activations="q8").
+  bool act_q8 = false;
 };
 
 // y[T, N] = x[T, K] @ W[N, K]^T (+ bias[N] when bias != nullptr). Accumulates in float.

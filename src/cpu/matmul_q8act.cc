@@ -1,0 +1,173 @@
+// SIMD + threaded q8-activation matmul for int8 / int4 weights (ops/matmul_q8act.h has the
+// math; this is the fast version of ops::ref::matmul_q8act), compiled once per Highway target.
+//
+// The driver quantizes every x row once per call (the scalar quantizer of
+// ops/matmul_q8act.h, so the bits are those of the reference) and widens the int8 values
+// to int16: the operand of pmaddwd (ReorderWidenMulAccumulate; Highway 1.0.3 has no int8
+// dot product op). For int4 weights each block of 32 columns of x is stored permuted to
+// [16 even columns, 16 odd columns], the order of a block's low and high nibbles.
+// Per weight row the kernel widens the row to int16 once (the same order), then for every
+// x row: per block, an int32 vector of partial sums (pmaddwd), converted to float and
+// fused into a float accumulator with the broadcast d_w * d_x; one horizontal sum at the
+// end, plus the offset term (scalar, in block order, as the reference).
+// Batch invariance: (t, n) is computed by the same code whatever T, N or the thread.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/matmul_q8act.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+#include <vector>
+
+#include "cpu/simd-inl.h"
+#include "hwy/highway.h"
+#include "ops/matmul_q8act.h"
+
+#ifndef TINYLOOP_CPU_MATMUL_Q8ACT_ARGS_
+#define TINYLOOP_CPU_MATMUL_Q8ACT_ARGS_
+namespace tinyloop::cpu::detail {
+struct Q8ActArgs {
+  const int16_t* xq;  // [T, K] quantized x widened (int4: each block permuted)
+  const float* dx;    // [T, K / 32] block scales
+  const float* sx;    // [T, K / 32] block sums (Q8_1 s)
+  int64_t T, N, K;
+  bool int4;
+  const void* w;      // int8 [N, K] / int4 [N, K / 2]
+  int64_t group;
+  bool scale_f16;
+  const void* scales;   // [N, K / group]
+  const void* offsets;  // [N, K / group] int4
+  const float* bias;    // [N] or null
+  float* y;             // [T, N]
+};
+}  // namespace tinyloop::cpu::detail
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace tinyloop::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Weight row n widened to int16 into w16 [K] (int4: blocks permuted like xq).
+HWY_INLINE void WidenRow(const detail::Q8ActArgs& a, int64_t n, int16_t* HWY_RESTRICT w16) {
+  const hn::CappedTag<int16_t, 16> d16;  // 16 lanes (8 on EMU128)
+  const hn::Rebind<int8_t, decltype(d16)> d8;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const int64_t L = int64_t(hn::Lanes(d16));
+  if (!a.int4) {
+    const int8_t* q = static_cast<const int8_t*>(a.w) + n * a.K;  // [K]
+    for (int64_t k = 0; k < a.K; k += L) hn::StoreU(hn::PromoteTo(d16, hn::LoadU(d8, q + k)), d16, w16 + k);
+    return;
+  }
+  const uint8_t* q = static_cast<const uint8_t*>(a.w) + n * (a.K / 2);  // [K / 2]
+  const auto mask = hn::Set(d16, int16_t(0x0f));
+  for (int64_t c0 = 0; c0 < a.K; c0 += ops::kQ8Block) {
+    for (int64_t j = 0; j < 16; j += L) {
+      const auto v = hn::BitCast(d16, hn::PromoteTo(hn::RebindToUnsigned<decltype(d16)>(),
+                                                    hn::LoadU(du8, q + c0 / 2 + j)));
+      hn::StoreU(hn::And(v, mask), d16, w16 + c0 + j);
+      hn::StoreU(hn::ShiftRight<4>(v), d16, w16 + c0 + 16 + j);
+    }
+  }
+}
+
+// Output columns [n0, n1) of every row.
+void Q8ActRange(const detail::Q8ActArgs& a, int64_t n0, int64_t n1) {
+  const hn::ScalableTag<int16_t> d16;
+  const hn::Repartition<int32_t, decltype(d16)> d32;
+  const hn::Repartition<float, decltype(d16)> df;
+  static_assert(hn::MaxLanes(hn::ScalableTag<int16_t>()) <= ops::kQ8Block, "block < vector");
+  const int64_t L16 = int64_t(hn::Lanes(d16));
+  const int64_t K = a.K, nb = K / ops::kQ8Block, ng = K / a.group;
+  const int64_t bpg = a.group / ops::kQ8Block;
+  const int64_t psize = a.scale_f16 ? 2 : 4;
+  thread_local std::vector<int16_t> w16;  // [K] one weight row widened
+  thread_local std::vector<float> dw, ow;  // [K / group] its scales, offsets
+  if (w16.size() < size_t(K)) w16.resize(size_t(K));
+  if (dw.size() < size_t(ng)) dw.resize(size_t(ng)), ow.resize(size_t(ng));
+  for (int64_t n = n0; n < n1; ++n) {
+    WidenRow(a, n, w16.data());
+    const char* sp = static_cast<const char*>(a.scales) + n * ng * psize;
+    const char* op = a.int4 ? static_cast<const char*>(a.offsets) + n * ng * psize : nullptr;
+    for (int64_t g = 0; g < ng; ++g) {
+      dw[size_t(g)] = a.scale_f16 ? ops::detail::half_to_float(reinterpret_cast<const uint16_t*>(sp)[g])
+                                  : reinterpret_cast<const float*>(sp)[g];
+      ow[size_t(g)] = !op ? 0.f
+                      : a.scale_f16 ? ops::detail::half_to_float(reinterpret_cast<const uint16_t*>(op)[g])
+                                    : reinterpret_cast<const float*>(op)[g];
+    }
+    for (int64_t t = 0; t < a.T; ++t) {
+      const int16_t* xq = a.xq + t * K;  // [K]
+      const float* dx = a.dx + t * nb;   // [nb]
+      const float* sx = a.sx + t * nb;   // [nb]
+      auto acc = hn::Zero(df);
+      float off = 0.f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t k0 = b * ops::kQ8Block;
+        auto s0 = hn::Zero(d32), s1 = hn::Zero(d32);
+        for (int64_t c = 0; c < ops::kQ8Block; c += L16)
+          s0 = hn::ReorderWidenMulAccumulate(d32, hn::LoadU(d16, w16.data() + k0 + c),
+                                             hn::LoadU(d16, xq + k0 + c), s0, s1);
+        const auto isum = hn::RearrangeToOddPlusEven(s0, s1);  // partial sums of block b
+        const float scale = dw[size_t(b / bpg)] * dx[b];
+        acc = hn::MulAdd(hn::ConvertTo(df, isum), hn::Set(df, scale), acc);
+        if (a.int4) off += ow[size_t(b / bpg)] * sx[b];
+      }
+      const float v = ReduceSumF32(df, acc) + off;
+      a.y[t * a.N + n] = a.bias ? v + a.bias[n] : v;
+    }
+  }
+}
+
+}  // namespace tinyloop::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <stdexcept>
+#include <string>
+
+#include "cpu/kernels.h"
+#include "cpu/thread_pool.h"
+#include "ops/weight_quant_inl.h"
+
+namespace tinyloop::cpu {
+HWY_EXPORT(Q8ActRange);
+
+namespace {
+constexpr int64_t kRowsPerTask = 32;          // weight rows per pool task (as matmul.cc)
+constexpr int64_t kMinParallelMacs = 1 << 15;  // below: one task
+}  // namespace
+
+// x [T, K], w [N, K], bias [N] or null, y [T, N].
+void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
+  if (!ops::q8act_applies(w))
+    throw std::invalid_argument("q8 activations: need an int8/int4 weight with a group that is a "
+                                "multiple of 32, got group " + std::to_string(w.group));
+  ops::detail::check_quant_view(w);
+  const int64_t N = w.rows, K = w.cols, nb = K / ops::kQ8Block;
+  if (T <= 0 || N <= 0) return;
+  const bool int4 = w.dtype == DType::U4;
+  thread_local std::vector<int16_t> xq;   // [T, K]
+  thread_local std::vector<float> dx, sx;  // [T, nb]
+  thread_local std::vector<int8_t> q8;     // [K] one row before widening
+  if (xq.size() < size_t(T * K)) xq.resize(size_t(T * K));
+  if (dx.size() < size_t(T * nb)) dx.resize(size_t(T * nb)), sx.resize(size_t(T * nb));
+  if (q8.size() < size_t(K)) q8.resize(size_t(K));
+  for (int64_t t = 0; t < T; ++t) {
+    ops::detail::quantize_row_q8(x + t * K, K, q8.data(), dx.data() + t * nb, sx.data() + t * nb);
+    int16_t* out = xq.data() + t * K;  // [K]
+    for (int64_t c0 = 0; c0 < K; c0 += ops::kQ8Block)
+      for (int64_t j = 0; j < ops::kQ8Block; ++j) {
+        // int4: column c0 + j goes where its nibble lands (even -> j / 2, odd -> 16 + j / 2).
+        const int64_t dst = int4 ? (j & 1) * 16 + j / 2 : j;
+        out[c0 + dst] = q8[size_t(c0 + j)];
+      }
+  }
+  detail::Q8ActArgs a{xq.data(), dx.data(), sx.data(), T, N, K, int4, w.data, w.group,
+                      w.scale_dtype == DType::F16, w.scales, w.offsets, bias, y};
+  const auto fn = HWY_DYNAMIC_DISPATCH(Q8ActRange);
+  const int64_t n_tasks = T * N * K < kMinParallelMacs ? 1 : (N + kRowsPerTask - 1) / kRowsPerTask;
+  if (n_tasks == 1) return fn(a, 0, N);
+  parallel_for(n_tasks, [&](int64_t i) { fn(a, i * kRowsPerTask, std::min(N, (i + 1) * kRowsPerTask)); });
+}
+
+}  // namespace tinyloop::cpu
+#endif

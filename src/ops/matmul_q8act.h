@@ -1,0 +1,72 @@
+// llama.cpp-compatible activation quantization for int8 / int4 weights ("q8" activations,
+// docs/model-format.md): every row of x is cut into blocks of 32 columns and each block is
+// quantized to int8 exactly as ggml's x86 CPU backend quantizes the activations of a
+// quantized matmul (quantize_row_q8_0 / quantize_row_q8_1, AVX2 path):
+//   amax = max |x_j|;  d = fp16(amax / 127);  q_j = round_half_even(x_j * (127 / amax))
+//   s    = fp16(d_f32 * sum_j q_j)   (Q8_1's block sum; d_f32 is amax / 127 before rounding)
+// (amax == 0: d = 0, q = 0, s = 0). The product is then integer per block:
+//   y[t, n] = sum_b (d_w * d_x) * isum_b  +  sum_b o_w * s_x      (o_w = 0 for int8)
+//   isum_b  = sum_{j in block b} q_w[j] * q_x[j]   (int8 x int8, or int4 0..15 x int8)
+// the first sum accumulated in float in block order, the second apart (as ggml's
+// vec_dot_q4_1_q8_1 keeps `summs`), added at the end (+ bias).
+// Each row is quantized on its own, so a row's bits never depend on T or threads.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+
+#include "ops/convert_inl.h"
+#include "ops/ops.h"
+
+namespace tinyloop::ops {
+
+constexpr int64_t kQ8Block = 32;  // columns per activation block (ggml QK8_0 / QK8_1)
+
+// The q8 path applies: an int8 / int4 weight whose group is a multiple of 32 (so a block
+// of activations never spans two weight groups). Other weights always take the exact path.
+inline bool q8act_applies(const WeightView& w) {
+  return (w.dtype == DType::I8 || w.dtype == DType::U4) && w.group > 0 &&
+         w.group % kQ8Block == 0 && w.cols % w.group == 0;
+}
+
+namespace detail {
+
+// One block of 32 activations, as ggml's x86 quantize_row_q8_1 forms it.
+//   x [32] in, q [32] out; d, s out (both already rounded through fp16, returned as float).
+inline void quantize_block_q8(const float* x, int8_t* q, float* d, float* s) {
+  float amax = 0.f;
+  for (int j = 0; j < kQ8Block; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+  const float df = amax / 127.f;
+  // 127 / amax, not 1 / d: the x86 path multiplies by this (the generic C one by 1 / d).
+  const float id = amax != 0.f ? 127.f / amax : 0.f;
+  int32_t sum = 0;
+  for (int j = 0; j < kQ8Block; ++j) {
+    // nearbyint: round half to even under the default rounding mode, as _mm256_round_ps
+    // with _MM_ROUND_NEAREST (the generic C path's roundf rounds half away from zero).
+    const int32_t v = int32_t(std::nearbyint(x[j] * id));
+    q[j] = int8_t(v);
+    sum += v;
+  }
+  *d = half_to_float(float_to_half(df));
+  *s = half_to_float(float_to_half(df * float(sum)));
+}
+
+// A row x[K] (K a multiple of 32): q [K], d [K / 32], s [K / 32].
+inline void quantize_row_q8(const float* x, int64_t K, int8_t* q, float* d, float* s) {
+  for (int64_t b = 0; b < K / kQ8Block; ++b)
+    quantize_block_q8(x + b * kQ8Block, q + b * kQ8Block, d + b, s + b);
+}
+
+}  // namespace detail
+
+namespace ref {
+// Scalar reference of the q8-activation matmul: x [T, K], w [N, K] (q8act_applies(w)),
+// bias [N] or null, y [T, N]. Throws std::invalid_argument when the weight does not apply.
+void matmul_q8act(const float* x, int64_t T, const WeightView& w, const float* bias, float* y);
+}  // namespace ref
+
+// The dispatched op (SIMD unless TINYLOOP_FORCE_SCALAR), same contract as ref::matmul_q8act.
+// ops::matmul calls it for views with act_q8 set.
+void matmul_q8act(const float* x, int64_t T, const WeightView& w, const float* bias, float* y);
+
+}  // namespace tinyloop::ops
