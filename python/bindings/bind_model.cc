@@ -109,8 +109,9 @@ A loaded looped-transformer model (.tinyloop file, memory-mapped).
 
 Model(path, max_seq_len=None, kv_mode=None)
   max_seq_len: longest prompt + generated tokens a call may use (default: the config's).
-  kv_mode: KV storage of generation, "fp16" (default), "fp32" or "int8" (docs/kv-cache.md);
-    TINYLOOP_KV_INT8=1 / TINYLOOP_KV_FP32=1 set the default.
+  kv_mode: KV storage of generation (docs/kv-cache.md): "fp16" (default), "fp32", "int8", or
+    store-h "h_fp16" / "h_int8" / "h_int4" (keeps each attention input, rebuilds K/V);
+    TINYLOOP_KV_INT8=1 / TINYLOOP_KV_FP32=1 / TINYLOOP_KV_H_MODE=1 (+ _INT8 / _INT4) set it.
 Use as a context manager or call close(); any call after close() raises RuntimeError.
 One Model may be used from several Python threads at once (the GIL is released during compute).
 )doc";

@@ -14,7 +14,9 @@ namespace tinyloop::runtime {
 
 struct EngineOptions {
   std::optional<int64_t> max_seq_len;  // default: the config's max_seq_len
-  // "fp16" (default) | "fp32" | "int8"; default from env (TINYLOOP_KV_INT8, TINYLOOP_KV_FP32)
+  // "fp16" (default) | "fp32" | "int8" | store-h "h_fp16" | "h_int8" | "h_int4"
+  // (docs/kv-cache.md); default from env (TINYLOOP_KV_INT8, TINYLOOP_KV_FP32, TINYLOOP_KV_H_MODE
+  // [+ TINYLOOP_KV_INT8 / TINYLOOP_KV_INT4])
   std::optional<std::string> kv_mode;
 };
 
