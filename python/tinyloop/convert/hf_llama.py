@@ -17,7 +17,7 @@ from __future__ import annotations
 from .common import Job, Plan
 from .hf_folder import HFFolder, config_float, config_int
 
-__all__ = ["plan_llama", "copy_job", "attention_jobs", "mlp_jobs", "rope_theta",
+__all__ = ["plan_llama", "llama_dims", "copy_job", "attention_jobs", "mlp_jobs", "rope_theta",
            "check_rope_scaling", "check_act"]
 
 
@@ -86,9 +86,8 @@ def _refuse_flags(cfg: dict, src: str) -> None:
                              f"attention is not supported")
 
 
-def plan_llama(folder: HFFolder) -> Plan:
-    c, src = folder.config, folder.path
-    _refuse_flags(c, src)
+def llama_dims(c: dict, src: str) -> tuple[int, int, int, int, int, int, int]:
+    """(D, H, KVH, hd, F, N, V) of a Llama-style HF config (Llama and Ouro share the fields)."""
     D = config_int(c, src, "hidden_size")
     H = config_int(c, src, "num_attention_heads")
     KVH = config_int(c, src, "num_key_value_heads", default=H)
@@ -99,6 +98,13 @@ def plan_llama(folder: HFFolder) -> Plan:
     F = config_int(c, src, "intermediate_size")
     N = config_int(c, src, "num_hidden_layers")
     V = config_int(c, src, "vocab_size")
+    return D, H, KVH, hd, F, N, V
+
+
+def plan_llama(folder: HFFolder) -> Plan:
+    c, src = folder.config, folder.path
+    _refuse_flags(c, src)
+    D, H, KVH, hd, F, N, V = llama_dims(c, src)
     if N < 1:
         raise ValueError(f"{src}: config field 'num_hidden_layers' must be >= 1, got {N}")
     attn_bias = bool(c.get("attention_bias", False))

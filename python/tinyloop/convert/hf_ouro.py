@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from .common import Plan
 from .hf_folder import HFFolder, config_float, config_int
-from .hf_llama import attention_jobs, check_act, check_rope_scaling, copy_job, mlp_jobs, rope_theta
+from .hf_llama import (attention_jobs, check_act, check_rope_scaling, copy_job, llama_dims, mlp_jobs,
+                       rope_theta)
 
 __all__ = ["plan_ouro"]
 
@@ -41,16 +42,7 @@ def _refuse(c: dict, src: str) -> None:
 def plan_ouro(folder: HFFolder) -> Plan:
     c, src = folder.config, folder.path
     _refuse(c, src)
-    D = config_int(c, src, "hidden_size")
-    H = config_int(c, src, "num_attention_heads")
-    KVH = config_int(c, src, "num_key_value_heads", default=H)
-    hd = config_int(c, src, "head_dim", default=D // H if D % H == 0 else -1)
-    if hd <= 0:
-        raise ValueError(f"{src}: config field 'head_dim' is missing and hidden_size {D} is "
-                         f"not a multiple of num_attention_heads {H}")
-    F = config_int(c, src, "intermediate_size")
-    N = config_int(c, src, "num_hidden_layers")
-    V = config_int(c, src, "vocab_size")
+    D, H, KVH, hd, F, N, V = llama_dims(c, src)
     tied = bool(c.get("tie_word_embeddings", False))
     # Bias flags as in Qwen2-style configs; Ouro's released models have none.
     qkv_bias = all(f"model.layers.0.self_attn.{p}_proj.bias" in folder.shapes for p in "qkv") \
