@@ -85,6 +85,7 @@ py::dict config_dict(const Engine& e) {
   d["bos_id"] = c.bos_id ? py::object(py::int_(*c.bos_id)) : py::object(py::none());
   d["eos_ids"] = c.eos_ids;
   d["kv_mode"] = e.kv_mode();
+  d["quant_activations"] = e.quant_activations();
   d["kv_cache_disabled"] = e.kv_cache_disabled();
   return d;
 }
@@ -107,16 +108,21 @@ void bind_model(py::module_& m, ModelClass& cls) {
   cls.doc() = R"doc(
 A loaded looped-transformer model (.tinyloop file, memory-mapped).
 
-Model(path, max_seq_len=None, kv_mode=None)
+Model(path, max_seq_len=None, kv_mode=None, quant_activations=None)
   max_seq_len: longest prompt + generated tokens a call may use (default: the config's).
   kv_mode: KV storage of generation (docs/kv-cache.md): "fp16" (default), "fp32", "int8", or
     store-h "h_fp16" / "h_int8" / "h_int4" (keeps each attention input, rebuilds K/V);
     TINYLOOP_KV_INT8=1 / TINYLOOP_KV_FP32=1 / TINYLOOP_KV_H_MODE=1 (+ _INT8 / _INT4) set it.
+  quant_activations: "q8" (default) quantizes the input rows of int8 / int4 weight matmuls
+    to int8 per 32 columns with integer dot products, as llama.cpp does (faster, llama.cpp's
+    numbers); "f32" keeps them exact. TINYLOOP_QUANT_ACTIVATIONS sets the default.
 Use as a context manager or call close(); any call after close() raises RuntimeError.
 One Model may be used from several Python threads at once (the GIL is released during compute).
 )doc";
-  cls.def(py::init<const std::string&, std::optional<int64_t>, std::optional<std::string>>(),
-           py::arg("path"), py::arg("max_seq_len") = py::none(), py::arg("kv_mode") = py::none())
+  cls.def(py::init<const std::string&, std::optional<int64_t>, std::optional<std::string>,
+                    std::optional<std::string>>(),
+           py::arg("path"), py::arg("max_seq_len") = py::none(), py::arg("kv_mode") = py::none(),
+           py::arg("quant_activations") = py::none())
       .def("close", &PyModel::close, "Release the model. Later calls raise RuntimeError.")
       .def_property_readonly("closed", &PyModel::closed)
       .def("__enter__", [](std::shared_ptr<PyModel> self) { self->engine(); return self; })
@@ -264,10 +270,12 @@ One Model may be used from several Python threads at once (the GIL is released d
            "Testing hook: logits of a prefill of ids[:prefill_len] then one decode step per remaining id.");
 
   m.def("load",
-        [](const std::string& path, std::optional<int64_t> max_seq_len, std::optional<std::string> kv_mode) {
-          return std::make_shared<PyModel>(path, max_seq_len, kv_mode);
+        [](const std::string& path, std::optional<int64_t> max_seq_len, std::optional<std::string> kv_mode,
+           std::optional<std::string> quant_activations) {
+          return std::make_shared<PyModel>(path, max_seq_len, kv_mode, quant_activations);
         },
         py::arg("path"), py::arg("max_seq_len") = py::none(), py::arg("kv_mode") = py::none(),
+        py::arg("quant_activations") = py::none(),
         "Alias of Model(path, ...).");
 }
 

@@ -17,10 +17,12 @@ using runtime::Engine;
 class PyModel {
  public:
   PyModel(const std::string& path, std::optional<int64_t> max_seq_len,
-          std::optional<std::string> kv_mode) {
+          std::optional<std::string> kv_mode,
+          std::optional<std::string> quant_activations = std::nullopt) {
     runtime::EngineOptions o;
     o.max_seq_len = max_seq_len;
     o.kv_mode = kv_mode;
+    o.quant_activations = quant_activations;
     py::gil_scoped_release nogil;
     engine_ = std::make_shared<Engine>(path, o);
   }

@@ -48,9 +48,69 @@ def _w(tensors: dict, name: str) -> np.ndarray:
     return np.asarray(tensors[name], dtype=np.float64)
 
 
+class _Q8Tensors(dict):
+    """The tensors of a forward run with quant_activations="q8" (the engine's default):
+    every int8 / int4 weight whose group is a multiple of 32 takes its input rows quantized
+    as llama.cpp does (quantize_activations_q8)."""
+
+    quant_activations = "q8"
+
+
+def quantize_activations_q8(x: np.ndarray):
+    """Rows x [T, K] (K a multiple of 32) quantized per block of 32 exactly as ggml's x86 CPU
+    backend does for a quantized matmul (quantize_row_q8_0 / q8_1, AVX2 path), in float32:
+    amax = max |x|, d = fp16(amax / 127), q = round_half_even(x * (127 / amax)),
+    s = fp16((amax / 127) * sum q). Returns q [T, K] int64, d and s [T, K / 32] float32."""
+    x = np.asarray(x, dtype=np.float32)
+    T, K = x.shape
+    xb = x.reshape(T, K // 32, 32)  # [T, nb, 32]
+    amax = np.abs(xb).max(axis=-1)  # [T, nb]
+    df = (amax / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax != 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    q = np.rint(xb * inv[..., None]).astype(np.int64)  # rint: ties to even, as _mm256_round_ps
+    d = df.astype(np.float16).astype(np.float32)
+    s = (df * q.sum(axis=-1).astype(np.float32)).astype(np.float16).astype(np.float32)
+    return q.reshape(T, K), d, s
+
+
+def _matmul_q8(tensors: dict, name: str, x: np.ndarray):
+    """x W^T with q8 activations (ops/matmul_q8act.h), or None when W does not take that path:
+    y = sum_b d_w d_x isum_b + o_w s_x, in float64 with exact integer block sums."""
+    if getattr(tensors, "quant_activations", "f32") != "q8" or name + ".scales" not in tensors:
+        return None
+    from .quantize import unpack_int4
+
+    raw = np.asarray(tensors[name])
+    scales = np.asarray(tensors[name + ".scales"], dtype=np.float32).astype(np.float64)  # [N, ng]
+    int4 = name + ".offsets" in tensors
+    qw = (unpack_int4(raw) if int4 else raw).astype(np.int64)  # [N, K]
+    N, K = qw.shape
+    G = K // scales.shape[1]
+    if G % 32 != 0:
+        return None
+    q, d, s = quantize_activations_q8(x)  # [T, K], [T, nb], [T, nb]
+    bpg = G // 32
+    y = np.zeros((q.shape[0], N))  # [T, N]
+    for b in range(K // 32):
+        cols = slice(32 * b, 32 * b + 32)
+        isum = (q[:, cols] @ qw[:, cols].T).astype(np.float64)  # [T, N] exact
+        y += isum * scales[:, b // bpg][None, :] * d[:, b].astype(np.float64)[:, None]
+        if int4:
+            o = np.asarray(tensors[name + ".offsets"], dtype=np.float32).astype(np.float64)
+            y += o[:, b // bpg][None, :] * s[:, b].astype(np.float64)[:, None]
+    return y
+
+
+def _matmul(tensors: dict, name: str, x: np.ndarray) -> np.ndarray:
+    """x [T, in] @ W^T for weight `name` [out, in] -> [T, out], in the run's activation mode."""
+    y = _matmul_q8(tensors, name, x)
+    return x @ _w(tensors, name).T if y is None else y
+
+
 def _linear(tensors: dict, name: str, x: np.ndarray) -> np.ndarray:
     """y = x W^T (+ b). W [out, in]; x [T, in] -> [T, out]."""
-    y = x @ _w(tensors, name + ".weight").T  # [T, out]
+    y = _matmul(tensors, name + ".weight", x)  # [T, out]
     if name + ".bias" in tensors:
         y = y + _w(tensors, name + ".bias")
     return y
@@ -281,7 +341,7 @@ def _inject(cfg: dict, tensors: dict, s: np.ndarray, x: np.ndarray) -> np.ndarra
         return s
     if kind == "add":
         return s + x
-    return np.concatenate([s, x], axis=1) @ _w(tensors, "inject.weight").T  # [T, 2D] -> [T, D]
+    return _matmul(tensors, "inject.weight", np.concatenate([s, x], axis=1))  # [T, 2D] -> [T, D]
 
 
 def loop_iteration(cfg, tensors, s, x, positions=None, window=0) -> np.ndarray:
@@ -305,10 +365,10 @@ def _readout(cfg, tensors, s, positions, window, states=None) -> np.ndarray:
     y = _layers(cfg, tensors, layer_prefixes(cfg)["post"], s, positions, window, post)
     if cfg["final_norm"]:
         y = _norm(cfg, tensors, "final_norm", y)
-    head = _w(tensors, "embed.weight" if cfg["tie_embeddings"] else "head.weight")  # [V, D]
     if states is not None:
         states["post"], states["final"] = post, y
-    return y @ head.T  # [T, V]
+    # head [V, D]
+    return _matmul(tensors, "embed.weight" if cfg["tie_embeddings"] else "head.weight", y)  # [T, V]
 
 
 def readout(cfg, tensors, state, positions=None, window=0) -> np.ndarray:
@@ -318,7 +378,7 @@ def readout(cfg, tensors, state, positions=None, window=0) -> np.ndarray:
     return _readout(cfg, tensors, np.asarray(state, dtype=np.float64), positions, window)
 
 
-def forward(cfg, tensors, ids, loops, window=0, return_states=False):
+def forward(cfg, tensors, ids, loops, window=0, return_states=False, quant_activations="f32"):
     """Logits [T, V] of the whole model at `loops` iterations, positions 0..T-1.
 
     window = 0: full causal attention; window = W > 0: the query at p sees keys
@@ -327,8 +387,15 @@ def forward(cfg, tensors, ids, loops, window=0, return_states=False):
     [T, D] (after each pre layer), "init" [T, D] (s0), "iterations" list of L [T, D] (after
     each iteration, loop_norm included), "post" list of [T, D] (after each post layer),
     "final" [T, D] (the rows the head multiplies: after final_norm when enabled).
+    quant_activations: "f32" (default here: the exact math) or "q8", the engine's default
+    (Model(quant_activations=...)): int8 / int4 weights with a group that is a multiple of 32
+    see their input rows quantized per 32 columns as llama.cpp does.
     """
+    if quant_activations not in ("f32", "q8"):
+        raise ValueError(f"quant_activations: must be 'f32' or 'q8', got {quant_activations!r}")
     cfg = _prepare(cfg, tensors)
+    if quant_activations == "q8":
+        tensors = _Q8Tensors(tensors)
     if loops < 1:
         raise ValueError(f"loops: must be >= 1, got {loops}")
     if window < 0:

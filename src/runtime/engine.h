@@ -18,6 +18,10 @@ struct EngineOptions {
   // (docs/kv-cache.md); default from env (TINYLOOP_KV_INT8, TINYLOOP_KV_FP32, TINYLOOP_KV_H_MODE
   // [+ TINYLOOP_KV_INT8 / TINYLOOP_KV_INT4])
   std::optional<std::string> kv_mode;
+  // "q8" (default) | "f32": how int8 / int4 weights (group a multiple of 32) take their
+  // input rows: quantized per 32 columns as llama.cpp does (ops/matmul_q8act.h) or exact.
+  // Default from env TINYLOOP_QUANT_ACTIVATIONS.
+  std::optional<std::string> quant_activations;
 };
 
 class Engine {
@@ -30,6 +34,7 @@ class Engine {
   int64_t max_seq_len() const { return max_seq_len_; }
   ops::KvDType kv_dtype() const { return kv_dtype_; }
   std::string kv_mode() const;  // "fp16" | "fp32" | "int8"
+  std::string quant_activations() const { return act_q8_ ? "q8" : "f32"; }
   // TINYLOOP_DISABLE_KV_CACHE=1 at creation: every decode step re-runs the whole prefix.
   bool kv_cache_disabled() const { return kv_cache_disabled_; }
   // Weights + live caches + live workspaces, in MiB.
@@ -71,6 +76,7 @@ class Engine {
   int64_t max_seq_len_ = 0;
   ops::KvDType kv_dtype_ = ops::KvDType::F16;
   bool kv_cache_disabled_ = false;
+  bool act_q8_ = true;
 };
 
 }  // namespace tinyloop::runtime

@@ -127,7 +127,9 @@ def _our_name(gguf_name: str, n_layers: int) -> str:
 
 def _engine_logits(path):
     tl = pytest.importorskip("tinyloop_py")
-    with tl.Model(path) as model:
+    # exact activations: this checks the conversion is lossless (q8, llama.cpp's activation
+    # rounding, is tests/python/test_quantized.py and tests/oracles)
+    with tl.Model(path, quant_activations="f32") as model:
         return model.score(IDS, loops=1)
 
 

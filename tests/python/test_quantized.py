@@ -291,16 +291,101 @@ ENGINE_CASES = [
 ]
 
 
+# Engine vs reference bound per activation mode. q8: the engine's float32 rows and the
+# reference's float64 rows can round a block value to neighbouring int8 steps when x * 127 /
+# amax lands within ~1e-5 of a half (a "flip", about one per few thousand values): one step
+# of one activation, which on these 64-wide random models moves the logits of its row (and,
+# through attention, of the later rows) by up to ~1 %. Whole sequences get that bound, plus
+# a check that the engine is nearer the q8 reference than the exact one;
+# test_q8_single_rows_are_exact_but_for_flips holds the formula to float rounding.
+REL_TOL = {"f32": 1e-4, "q8": 3e-2}
+
+
+def assert_mode_close(got, want, mode, want_other=None):
+    err = rel_err(got, want)
+    assert err < REL_TOL[mode], f"{mode}: {err:.2e}"
+    if mode == "q8" and want_other is not None and err > 1e-4:  # a flip: still the q8 math?
+        scale = np.max(np.abs(want))
+        assert np.median(np.abs(got - want)) < np.median(np.abs(got - want_other)), \
+            "q8 engine is nearer the exact reference than the q8 one"
+        assert np.median(np.abs(got - want)) / scale < 5e-3
+
+
+@pytest.mark.parametrize("mode", ["f32", "q8"])
 @pytest.mark.parametrize("kind, wd, group, sdt, kw", ENGINE_CASES)
-def test_engine_forward_matches_reference(tmp_path, kind, wd, group, sdt, kw):
+def test_engine_forward_matches_reference(tmp_path, kind, wd, group, sdt, kw, mode):
     tl = _engine()
     path = _quantized_model(tmp_path, kind, wd, group or None, sdt, max_seq_len=128, **kw)
     m = F.read_model(path)
-    with tl.Model(path) as model:
+    with tl.Model(path, quant_activations=mode) as model:
+        assert model.config()["quant_activations"] == mode
         for loops in (1, 3):
             got = model.score(PROMPT, loops=loops)  # [T, V]
-            want = reference.forward(m.config, m.tensors, PROMPT, loops)  # [T, V]
-            assert rel_err(got, want) < 1e-4, f"L={loops}: {rel_err(got, want):.2e}"
+            want = reference.forward(m.config, m.tensors, PROMPT, loops, quant_activations=mode)
+            other = reference.forward(m.config, m.tensors, PROMPT, loops) if mode == "q8" else None
+            assert_mode_close(got, want, mode, other)
+
+
+def test_q8_single_rows_are_exact_but_for_flips(tmp_path):
+    """One-token sequences (no attention to carry a flip to other rows): nearly every row
+    equals the q8 reference to float rounding, and every row is off the exact reference."""
+    tl = _engine()
+    exact = 0
+    for wd in ("int8", "int4"):
+        path = _quantized_model(tmp_path, "llama", wd, 32, "f16", max_seq_len=128)
+        m = F.read_model(path)
+        with tl.Model(path, quant_activations="q8") as model:
+            for tok in range(1, 97, 4):  # 24 rows
+                ids = np.array([tok], np.int32)
+                got = model.score(ids, loops=2)
+                want = reference.forward(m.config, m.tensors, ids, 2, quant_activations="q8")
+                exact += rel_err(got, want) < 1e-5
+                assert rel_err(got, want) < REL_TOL["q8"]
+                assert rel_err(got, reference.forward(m.config, m.tensors, ids, 2)) > 1e-4
+    assert exact >= 44, f"{exact}/48 rows exact"
+
+
+def test_q8_activations_change_only_blocked_groups(tmp_path):
+    """q8 differs from f32 where the group is a multiple of 32, and is the exact path (same
+    bits) where it is not (G = 16)."""
+    tl = _engine()
+    for group, same in ((32, False), (16, True)):
+        path = _quantized_model(tmp_path, "llama", "int4", group, "f16", max_seq_len=128)
+        with tl.Model(path, quant_activations="q8") as a, tl.Model(path, quant_activations="f32") as b:
+            ga, gb = a.score(PROMPT, loops=2), b.score(PROMPT, loops=2)
+        assert np.array_equal(ga, gb) == same, f"group {group}"
+
+
+def test_quant_activations_kwarg_env_and_errors(tmp_path, monkeypatch):
+    tl = _engine()
+    path = _quantized_model(tmp_path, "llama", "int8", 32, "f16", max_seq_len=128)
+    with tl.Model(path) as model:
+        assert model.config()["quant_activations"] == "q8"  # llama.cpp's behaviour by default
+    monkeypatch.setenv("TINYLOOP_QUANT_ACTIVATIONS", "f32")
+    with tl.Model(path) as model:
+        assert model.config()["quant_activations"] == "f32"
+    with tl.Model(path, quant_activations="q8") as model:  # the kwarg wins over the env
+        assert model.config()["quant_activations"] == "q8"
+    with pytest.raises(ValueError, match="quant_activations"):
+        tl.Model(path, quant_activations="int8")
+    monkeypatch.setenv("TINYLOOP_QUANT_ACTIVATIONS", "bogus")
+    with pytest.raises(ValueError, match="TINYLOOP_QUANT_ACTIVATIONS"):
+        tl.Model(path)
+    with pytest.raises(ValueError, match="quant_activations"):
+        reference.forward(preset_config("llama"), {}, PROMPT, 1, quant_activations="q4")
+
+
+def test_reference_q8_quantizer_matches_ggml_x86():
+    """127 / amax, ties to even, d and s rounded through fp16 (s from the unrounded d)."""
+    x = np.zeros((1, 32), np.float32)
+    x[0, :6] = [127, 0.5, 1.5, 2.5, -2.5, -126.5]
+    q, d, s = reference.quantize_activations_q8(x)
+    assert q[0, :6].tolist() == [127, 0, 2, 2, -2, -126] and d[0, 0] == 1 and s[0, 0] == 3
+    x = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
+    q, d, s = reference.quantize_activations_q8(x)
+    amax = np.abs(x.reshape(2, 2, 32)).max(-1)
+    assert np.array_equal(d, (amax / np.float32(127)).astype(np.float16).astype(np.float32))
+    assert np.abs(q).max() == 127 and np.all(np.abs(q.reshape(2, 2, 32)).max(-1) == 127)
 
 
 @pytest.mark.parametrize("wd", ["int8", "int4"])
@@ -310,10 +395,15 @@ def test_engine_decode_matches_prefill(tmp_path, wd):
     path = _quantized_model(tmp_path, "llama", wd, 32, "f16", max_seq_len=128)
     ids = np.random.default_rng(2).integers(0, 97, size=20).astype(np.int32)
     m = F.read_model(path)
-    with tl.Model(path, kv_mode="fp32") as model:
-        got = model._stepwise_logits(ids, 5, loops=2, cache_window=0)
-    want = reference.forward(m.config, m.tensors, ids, 2)[4:]
-    assert rel_err(got, want) < 1e-4
+    for mode in ("f32", "q8"):
+        with tl.Model(path, kv_mode="fp32", quant_activations=mode) as model:
+            got = model._stepwise_logits(ids, 5, loops=2, cache_window=0)
+            full = model.score(ids, loops=2)[4:]
+        want = reference.forward(m.config, m.tensors, ids, 2, quant_activations=mode)[4:]
+        other = reference.forward(m.config, m.tensors, ids, 2)[4:] if mode == "q8" else None
+        assert_mode_close(got, want, mode, other)
+        # batch invariance: the one-row decode kernels give the prefill's rows
+        assert rel_err(got, full) < 1e-5, mode
 
 
 # ---------------------------------------------------------------------------------------
@@ -373,7 +463,9 @@ def test_engine_mixed_smollm2_layout(tmp_path):
                               np.float16),
          **Q.quantize_tensors({"embed.weight": t["embed.weight"]}, "int8", 32, np.float16)}
     path = F.write_model(tmp_path / "mix.tinyloop", cfg, q)
-    with tl.Model(path) as model:
-        got = model.score(PROMPT, loops=1)
-    want = reference.forward(cfg, q, PROMPT, 1)
-    assert rel_err(got, want) < 1e-4
+    for mode in ("f32", "q8"):
+        with tl.Model(path, quant_activations=mode) as model:
+            got = model.score(PROMPT, loops=1)
+        want = reference.forward(cfg, q, PROMPT, 1, quant_activations=mode)
+        other = reference.forward(cfg, q, PROMPT, 1) if mode == "q8" else None
+        assert_mode_close(got, want, mode, other)
