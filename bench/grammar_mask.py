@@ -2,12 +2,16 @@
 
     PYTHONPATH=build python3 bench/grammar_mask.py               # BPE vocabulary trained here
     PYTHONPATH=build python3 bench/grammar_mask.py --synthetic   # random byte strings instead
+    PYTHONPATH=build python3 bench/grammar_mask.py --model PATH  # a .tinyloop model's own tokenizer
 
 Vocabulary: 49152 tokens. By default a byte-level BPE (Hugging Face `tokenizers`,
 ByteLevelBPETokenizer, the GPT-2 byte alphabet, "<|endoftext|>" as a special token) is
 trained on /work/shared/data/corpus to exactly 49152 tokens (about 7 s), and each token's
 bytes come from tinyloop.grammar_vocab.token_bytes (undoing the GPT-2 byte-to-unicode map). --synthetic uses 256 single bytes
-plus random byte strings with a BPE-like length distribution instead.
+plus random byte strings with a BPE-like length distribution instead. --model PATH takes
+the vocabulary of a .tinyloop model's embedded tokenizer instead (tinyloop.text.token_bytes,
+exactly what generate(grammar=...) sees: special tokens are b"", so never allowed), and the
+sample outputs are tokenized by that tokenizer (e.g. SmolLM2-135M-Instruct, 49,152 tokens).
 
 Per pattern (the spec's shapes: digits, choice, {"name":"[a-z]+"}, a JSON object, and
 free prose as the permissive worst case), a real token walk: sample outputs that match
@@ -61,6 +65,15 @@ def bpe_vocabulary():
     vocab = token_bytes(tok._tokenizer, special_as_text=True)
     encode = lambda text: tok.encode(text).ids  # noqa: E731
     return vocab, encode, f"byte-level BPE trained on the corpus in {train_s:.1f} s"
+
+
+def model_vocabulary(path):
+    from tinyloop.text import get_tokenizer, token_bytes as model_token_bytes
+
+    tok = get_tokenizer(path)
+    vocab = model_token_bytes(path)  # vocab_size entries, specials b"" (as generate uses it)
+    encode = lambda text: tok.encode(text).ids  # noqa: E731
+    return vocab, encode, f"embedded tokenizer of {os.path.basename(path)}"
 
 
 def synthetic_vocabulary(seed=0):
@@ -171,13 +184,19 @@ def _timed(fn):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--synthetic", action="store_true", help="random byte-string vocabulary instead of a BPE")
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--synthetic", action="store_true", help="random byte-string vocabulary instead of a BPE")
+    src.add_argument("--model", metavar="PATH", help="vocabulary and tokenization of this .tinyloop model's "
+                     "embedded tokenizer")
     args = ap.parse_args()
-    token_bytes, encode, how = synthetic_vocabulary() if args.synthetic else bpe_vocabulary()
-    assert len(token_bytes) == VOCAB_SIZE
+    if args.model:
+        token_bytes, encode, how = model_vocabulary(args.model)
+    else:
+        token_bytes, encode, how = synthetic_vocabulary() if args.synthetic else bpe_vocabulary()
+        assert len(token_bytes) == VOCAB_SIZE
     lengths = [len(t) for t in token_bytes]
     print(f"# vocabulary: {len(token_bytes)} tokens, {how}; mean length {statistics.mean(lengths):.2f} bytes, "
-          f"max {max(lengths)}")
+          f"max {max(lengths)}, {sum(1 for t in token_bytes if not t)} empty (special)")
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
     print("| pattern | DFA states | walk steps | compile ms | vocab ms | first use us (median / max) | all masks ms "
           "| step us (median / p99) | lookup us | apply us | py call us |")

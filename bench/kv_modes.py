@@ -53,9 +53,12 @@ def modes(groups):
     return out
 
 
+MODEL_KW: dict = {}  # extra tl.Model kwargs (--quant-activations)
+
+
 def bytes_per_token(path, kv_mode, loops, slots, prompt):
     """Cache bytes one more position costs, measured from live memory at two lengths."""
-    with tl.Model(path, kv_mode=kv_mode) as model:
+    with tl.Model(path, kv_mode=kv_mode, **MODEL_KW) as model:
         def live(n_new):
             base = model.vram_usage_mb()
             seen = []
@@ -76,7 +79,7 @@ def log_softmax(z):
 def decode_logits(path, kv_mode, loops, slots, windows):
     """Logits [positions, V]: each window prefilled with 1 token, the rest decoded."""
     rows = []
-    with tl.Model(path, kv_mode=kv_mode) as model:
+    with tl.Model(path, kv_mode=kv_mode, **MODEL_KW) as model:
         for ids in windows:
             out = model._stepwise_logits(ids, 1, loops=loops, kv_loop_slots=slots)  # [ctx, V]
             rows.append(out)
@@ -89,12 +92,19 @@ def main(argv=None) -> int:
     ap.add_argument("--corpus", default=CORPUS, help="folder of .txt files (held-out tails)")
     ap.add_argument("--tail-fraction", type=float, default=0.05)
     ap.add_argument("--loops", type=int, nargs="+", default=[4, 16])
-    ap.add_argument("--groups", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--groups", type=int, nargs="*", default=[1, 2, 4],
+                    help="kv_loop_slots values B to measure (none: `--groups` alone; moot at L = 1)")
     ap.add_argument("--positions", type=int, default=512)
     ap.add_argument("--ctx", type=int, default=256, help="window length (<= max_seq_len)")
+    ap.add_argument("--quant-activations", choices=["q8", "f32"], default=None,
+                    help="Model(quant_activations=...) for int8/int4 weights (default: the Model's "
+                         "default). q8 rounding flips amplify any tiny K/V difference (SmolLM2: "
+                         "docs/kv-cache.md); f32 isolates the storage mode's own error")
     args = ap.parse_args(argv)
+    if args.quant_activations:
+        MODEL_KW["quant_activations"] = args.quant_activations
 
-    with tl.Model(args.model) as model:
+    with tl.Model(args.model, **MODEL_KW) as model:
         tok = load_tokenizer(model)
         eos = model.config()["eos_ids"]
         cfg = model.config()
@@ -111,7 +121,8 @@ def main(argv=None) -> int:
           f"loop x L + {cfg['n_post_blocks']} post layers, {cfg['n_kv_heads']} kv heads x "
           f"{cfg['head_dim']}; held-out text: last {args.tail_fraction:.0%} of {len(files)} files, "
           f"{len(stream)} tokens; {len(windows)} windows x {args.ctx} = "
-          f"{len(windows) * args.ctx} decoded positions")
+          f"{len(windows) * args.ctx} decoded positions; quant_activations "
+          f"{cfg.get('quant_activations', args.quant_activations or 'default')}")
     prompt = stream[:4]
 
     results = {}

@@ -102,3 +102,27 @@ def _check_match(g, pattern, text, n):
         assert re.fullmatch(pattern, text + b'"}'), text
     else:
         assert re.fullmatch(pattern, text), text
+
+
+def test_beam_search_with_grammar_through_the_chat_template(smol, smollm2_path):  # noqa: F811
+    """Beam search (beam_size=4) composes with a grammar on the real 49k vocabulary: every
+    beam's output stays inside the language, and the chat answer is the sensible one."""
+    model, tok, vocab = smol
+    from tinyloop.text import render_chat
+
+    template = chat_template(smollm2_path)
+    eos = model.config()["eos_ids"]
+    for user, g, pattern, want in [
+        ("What is the capital of France? Choose one: Paris, London, Berlin.",
+         tl.Grammar.choice(["Paris", "London", "Berlin"]), rb"Paris|London|Berlin", b"Paris"),
+        ("Give me a JSON object with the name of a fruit, in lowercase.",
+         tl.Grammar(r'\{"name":"[a-z]+"\}'), rb'\{"name":"[a-z]+"\}', None),
+    ]:
+        g.set_token_vocabulary(vocab)
+        text = render_chat(template, [{"role": "user", "content": user}])
+        ids = np.asarray(tok.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+        out = model.generate(ids, grammar=g, beam_size=4, max_tokens=16, repetition_penalty=1.0)[len(ids):]
+        got = b"".join(vocab[t] for t in out if t not in eos)
+        assert len(out) < 16 and re.fullmatch(pattern, got), got  # complete, not cut by max_tokens
+        if want is not None:
+            assert got == want, got
