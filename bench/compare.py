@@ -15,7 +15,13 @@ llama.cpp is timed on eval alone). The two engines alternate within every repeti
 load change on a shared machine hits both; the table gives means and the TinyLoop/llama.cpp
 ratio (> 1: TinyLoop faster).
 
-Needs `pip install gguf llama-cpp-python`. On GCC 12 build llama-cpp-python with AMX off
+--torch adds Hugging Face transformers on PyTorch CPU (bench/torch_peer.py): the same unrolled
+model as a LlamaForCausalLM, eager, torch.set_num_threads(threads), in --torch-dtype weights
+(f32 by default; bf16, f16). Without --model the TinyLoop F32 benchmark model runs too, so
+PyTorch F32 has a same-precision TinyLoop row beside TinyLoop F16; all engines alternate
+within every repetition. llama.cpp is then optional (skipped when llama_cpp is missing).
+
+Needs `pip install gguf llama-cpp-python` (and `torch transformers` for --torch). On GCC 12 build llama-cpp-python with AMX off
 (docs/benchmarks.md and research/llamacpp_baseline.md explain why):
     CMAKE_ARGS="-DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \\
                 -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'" \\
@@ -122,52 +128,88 @@ def main(argv=None) -> int:
     ap.add_argument("-n", "--n-gen", type=int, default=128)
     ap.add_argument("-r", "--repetitions", type=int, default=3)
     ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--torch", action="store_true",
+                    help="also run transformers on PyTorch CPU, eager (bench/torch_peer.py)")
+    ap.add_argument("--torch-dtype", type=bench._strs, default=["f32"],
+                    help="PyTorch weight dtypes, comma-separated: f32, bf16, f16 (default f32)")
     args = ap.parse_args(argv)
 
     import tinyloop_py as tl
-    from llama_cpp import Llama
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        if not args.torch:
+            raise
+        Llama = None  # --torch alone: TinyLoop against PyTorch
+        print("(llama_cpp not installed: llama.cpp rows skipped)", file=sys.stderr)
 
     path = args.model or bench.bench_model_path("f16", args.cache_dir)
     loops = args.loops or read_header_loops(path)
     gguf_path = os.path.splitext(path)[0] + f"-unrolled-L{loops}-f16.gguf"
-    if not os.path.exists(gguf_path):
+    if Llama is not None and not os.path.exists(gguf_path):
         print(f"(writing {gguf_path})", file=sys.stderr)
         unrolled_gguf(path, loops, gguf_path + ".tmp")
         os.replace(gguf_path + ".tmp", gguf_path)
 
     n_ctx = args.n_prompt + args.n_gen + 8
     results = []  # (threads, test, tinyloop samples, llama samples)
+    peer = torch_setup(args, tl, path, loops, n_ctx) if args.torch else None
     threads0 = tl.get_num_threads()
     with tl.Model(path, max_seq_len=n_ctx) as model:
         vocab = model.config()["vocab_size"]
         for th in args.threads:
             tl.set_num_threads(th)
-            llm = Llama(gguf_path, n_ctx=n_ctx, n_batch=args.n_prompt, n_ubatch=args.n_prompt,
-                        n_threads=th, n_threads_batch=th, verbose=False)
+            llm = None if Llama is None else Llama(
+                gguf_path, n_ctx=n_ctx, n_batch=args.n_prompt, n_ubatch=args.n_prompt,
+                n_threads=th, n_threads_batch=th, verbose=False)
+            if peer:
+                peer.set_threads(th)
             s = {k: [] for k in ("tl_pp", "ll_pp", "tl_tg", "ll_tg")}
             for rep in range(args.repetitions + 1):  # rep 0: warm-up
-                got = dict(tl_pp=bench.run_pp(model, args.n_prompt, loops, vocab, rep),
-                           ll_pp=llama_pp(llm, args.n_prompt, vocab, rep),
-                           tl_tg=bench.run_tg(model, args.n_gen, 0, loops, vocab, rep),
-                           ll_tg=llama_tg(llm, args.n_gen, vocab, rep))
+                got = dict(tl_pp=bench.run_pp(model, args.n_prompt, loops, vocab, rep))
+                if llm:
+                    got["ll_pp"] = llama_pp(llm, args.n_prompt, vocab, rep)
+                if peer:
+                    got.update(peer.pp(args.n_prompt, loops, vocab, rep))
+                got["tl_tg"] = bench.run_tg(model, args.n_gen, 0, loops, vocab, rep)
+                if llm:
+                    got["ll_tg"] = llama_tg(llm, args.n_gen, vocab, rep)
+                if peer:
+                    got.update(peer.tg(args.n_gen, loops, vocab, rep))
                 if rep > 0:
                     for k, v in got.items():
-                        s[k].append(v)
+                        s.setdefault(k, []).append(v)
             del llm
-            results.append((th, f"pp{args.n_prompt}", s["tl_pp"], s["ll_pp"]))
-            results.append((th, f"tg{args.n_gen}", s["tl_tg"], s["ll_tg"]))
+            if Llama is not None:
+                results.append((th, f"pp{args.n_prompt}", s["tl_pp"], s["ll_pp"]))
+                results.append((th, f"tg{args.n_gen}", s["tl_tg"], s["ll_tg"]))
+            if peer:
+                peer.collect(th, args, s)
     tl.set_num_threads(threads0)
 
-    print(f"model: {os.path.basename(path)} at L={loops} (llama.cpp: {os.path.basename(gguf_path)}), "
-          f"F16 weights, {args.repetitions} repetitions, SIMD target {tl.cpu_info()['simd_target']}")
-    print("| threads | test | TinyLoop t/s | llama.cpp t/s | ratio |")
-    print("|---:|---|---:|---:|---:|")
+    if results:
+        print(f"model: {os.path.basename(path)} at L={loops} (llama.cpp: {os.path.basename(gguf_path)}), "
+              f"F16 weights, {args.repetitions} repetitions, SIMD target {tl.cpu_info()['simd_target']}")
+        print("| threads | test | TinyLoop t/s | llama.cpp t/s | ratio |")
+        print("|---:|---|---:|---:|---:|")
     for th, test, a, b in results:
         ma, mb = statistics.fmean(a), statistics.fmean(b)
         sa = statistics.stdev(a) if len(a) > 1 else 0.0
         sb = statistics.stdev(b) if len(b) > 1 else 0.0
         print(f"| {th} | {test} | {ma:.2f} ± {sa:.2f} | {mb:.2f} ± {sb:.2f} | {ma / mb:.2f} |")
+    if peer:
+        peer.report(tl, path, loops, args)
     return 0
+
+
+def torch_setup(args, tl, path: str, loops: int, n_ctx: int):
+    """The PyTorch peer of --torch (bench/torch_peer.py), built once for every thread count."""
+    from torch_peer import TorchPeer
+
+    # PyTorch gets the F32 benchmark model's weights (the F16 one holds the same values
+    # rounded); with --model, that model's own weights.
+    f32_path = None if args.model else bench.bench_model_path("f32", args.cache_dir)
+    return TorchPeer(tl, f32_path or path, f32_path, loops, n_ctx, args.torch_dtype)
 
 
 def read_header_loops(path: str) -> int:

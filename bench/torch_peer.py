@@ -1,0 +1,216 @@
+"""The PyTorch side of bench/compare.py --torch: the looped model unrolled into a Hugging Face
+`transformers.LlamaForCausalLM` (the same weights), timed eagerly on the CPU.
+
+The unrolled model has n_pre + L * n_loop + n_post layers, layer i a distinct copy of the
+looped layer it applies (as in the llama.cpp GGUF), so PyTorch streams L times more distinct
+weight bytes, the same as any non-looped engine would. Timing follows bench/compare.py:
+ppN is one N-token forward with a fresh KV cache (logits of the last row only, as TinyLoop's
+prefill and llama.cpp's eval compute them); tgN is N greedy one-token steps with the KV cache
+(DynamicCache) after a one-token prompt, argmax included. Everything runs under
+torch.inference_mode() with torch.set_num_threads(threads): plain eager PyTorch, no
+torch.compile.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if os.path.join(_HERE, "..", "python") not in sys.path:
+    sys.path.insert(0, os.path.join(_HERE, "..", "python"))
+
+from tinyloop import bench  # noqa: E402
+from tinyloop.format import read_model  # noqa: E402
+
+TORCH_DTYPES = ("f32", "bf16", "f16")
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    try:
+        return {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[name]
+    except KeyError:
+        raise ValueError(f"torch dtype {name!r}: expected one of {list(TORCH_DTYPES)}") from None
+
+
+def unrolled_llama(tinyloop_path: str, loops: int, dtype: str = "f32"):
+    """The looped model at `loops` as an eval-mode LlamaForCausalLM with weights in `dtype`."""
+    import torch
+    import transformers
+
+    m = read_model(tinyloop_path)
+    c, t = m.config, m.tensors
+    if c["norm_placement"] != "pre" or c["mlp"] != "swiglu" or c["inject"] != "none" \
+            or c["qkv_fused"] or c["norm_type"] != "rmsnorm" or c["pos_encoding"] != "rope_half" \
+            or c["attn_qkv_bias"] != c["attn_out_bias"] or not c.get("final_norm", True):
+        raise ValueError("torch_peer unrolls plain Llama-style looped models only (pre-norm RMSNorm, "
+                         "SwiGLU, split qkv, no injection, rope_half, one attention bias flag)")
+    if any(k.endswith(".scales") for k in t):
+        raise ValueError("torch_peer needs float weights (f32 / f16 / bf16), not int8 / int4")
+    order = ([f"pre.{i}." for i in range(c["n_pre_blocks"])]
+             + [f"loop.{j}." for _ in range(loops) for j in range(c["n_loop_layers"])]
+             + [f"post.{k}." for k in range(c["n_post_blocks"])])
+    cfg = transformers.LlamaConfig(
+        hidden_size=int(c["dim"]), intermediate_size=int(c["ffn_dim"]),
+        num_attention_heads=int(c["n_heads"]), num_key_value_heads=int(c["n_kv_heads"]),
+        head_dim=int(c["head_dim"]), num_hidden_layers=len(order), vocab_size=int(c["vocab_size"]),
+        max_position_embeddings=int(c["max_seq_len"]), rms_norm_eps=float(c["norm_eps"]),
+        rope_theta=float(c["rope_theta"]), attention_bias=bool(c["attn_qkv_bias"]),
+        mlp_bias=bool(c["mlp_bias"]), tie_word_embeddings=bool(c["tie_embeddings"]),
+        bos_token_id=1, eos_token_id=2)
+    td = _torch_dtype(dtype)
+    # Skip the library's random init (seconds for 18 layers): every weight is loaded below.
+    with transformers.modeling_utils.no_init_weights():
+        model = transformers.LlamaForCausalLM(cfg)
+    names = {"attn.wq": "self_attn.q_proj", "attn.wk": "self_attn.k_proj",
+             "attn.wv": "self_attn.v_proj", "attn.wo": "self_attn.o_proj",
+             "mlp.w_gate": "mlp.gate_proj", "mlp.w_up": "mlp.up_proj", "mlp.w_down": "mlp.down_proj"}
+
+    def ten(a):
+        return torch.from_numpy(np.asarray(a, dtype=np.float32))
+
+    sd = {"model.embed_tokens.weight": ten(t["embed.weight"]),
+          "model.norm.weight": ten(t["final_norm.weight"])}
+    if not c["tie_embeddings"]:
+        sd["lm_head.weight"] = ten(t["head.weight"])
+    for i, p in enumerate(order):
+        hf = f"model.layers.{i}."
+        sd[hf + "input_layernorm.weight"] = ten(t[p + "attn_norm.weight"])
+        sd[hf + "post_attention_layernorm.weight"] = ten(t[p + "mlp_norm.weight"])
+        for ours, theirs in names.items():
+            sd[hf + theirs + ".weight"] = ten(t[p + ours + ".weight"])  # [out, in] both sides
+            if p + ours + ".bias" in t:
+                sd[hf + theirs + ".bias"] = ten(t[p + ours + ".bias"])
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    missing = [k for k in missing if not (c["tie_embeddings"] and k == "lm_head.weight")]
+    if missing or unexpected:
+        raise ValueError(f"torch_peer: state dict mismatch: missing {missing}, unexpected {unexpected}")
+    if c["tie_embeddings"]:
+        model.tie_weights()
+    return model.to(td).eval()
+
+
+def torch_pp(model, n: int, vocab: int, rep: int) -> float:
+    """Tokens/s of one n-token prefill with a fresh KV cache."""
+    import torch
+    from transformers import DynamicCache
+
+    ids = torch.from_numpy(bench._prompt(n, vocab, rep).astype(np.int64))[None]  # [1, n]
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        model(ids, past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
+        return n / (time.perf_counter() - t0)
+
+
+def torch_tg(model, n: int, vocab: int, rep: int) -> float:
+    """Tokens/s of n greedy one-token steps with the KV cache after a one-token prompt."""
+    import torch
+    from transformers import DynamicCache
+
+    rng = np.random.default_rng(rep)
+    with torch.inference_mode():
+        cache = DynamicCache()
+        out = model(torch.tensor([[int(rng.integers(3, vocab))]]), past_key_values=cache,
+                    use_cache=True, logits_to_keep=1)
+        tok = out.logits[:, -1].argmax(-1, keepdim=True)  # [1, 1]
+        t0 = time.perf_counter()
+        for _ in range(n):
+            out = model(tok, past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
+            tok = out.logits[:, -1].argmax(-1, keepdim=True)
+        return n / (time.perf_counter() - t0)
+
+
+def torch_logits(model, ids) -> np.ndarray:
+    """float32 logits [T, V] of one prompt (the check that both sides run the same model)."""
+    import torch
+
+    with torch.inference_mode():
+        x = torch.tensor(np.asarray(ids, dtype=np.int64)[None])
+        return model(x).logits[0].float().numpy()
+
+
+class TorchPeer:
+    """What bench/compare.py --torch adds to each repetition: PyTorch eager in every requested
+    dtype and, when given, TinyLoop on the F32 model, so PyTorch F32 has a same-precision row.
+
+    tl: the tinyloop_py module; torch_src: the .tinyloop model PyTorch gets its weights from;
+    tl32_path: TinyLoop's F32 model (None: not run)."""
+
+    def __init__(self, tl, torch_src: str, tl32_path: str | None, loops: int, n_ctx: int,
+                 dtypes: list[str]):
+        import torch
+        import transformers
+
+        self.torch, self.dtypes = torch, list(dtypes)
+        self.versions = f"torch {torch.__version__}, transformers {transformers.__version__}"
+        print(f"(building the unrolled LlamaForCausalLM from {os.path.basename(torch_src)}, "
+              f"L={loops}: {', '.join(self.dtypes)})", file=sys.stderr)
+        self.models = {d: unrolled_llama(torch_src, loops, d) for d in self.dtypes}
+        self.tl32 = tl.Model(tl32_path, max_seq_len=n_ctx) if tl32_path else None
+        self.rows = []  # (threads, test, {label: samples})
+        # Both sides run the same function: logits of a short prompt, PyTorch in its first
+        # dtype against TinyLoop on the model the weights came from.
+        ids = bench._prompt(16, int(self.models[self.dtypes[0]].config.vocab_size), 123)
+        with tl.Model(torch_src) as m:
+            ours = m.score(ids, loops=loops)  # [16, V]
+        theirs = torch_logits(self.models[self.dtypes[0]], ids)
+        self.check = (float(np.max(np.abs(ours - theirs))), float(np.max(np.abs(theirs))),
+                      float(np.mean(ours.argmax(-1) == theirs.argmax(-1))))
+
+    def set_threads(self, threads: int) -> None:
+        self.torch.set_num_threads(threads)
+
+    def pp(self, n: int, loops: int, vocab: int, rep: int) -> dict:
+        got = {}
+        if self.tl32 is not None:
+            got["tl32_pp"] = bench.run_pp(self.tl32, n, loops, vocab, rep)
+        for d, m in self.models.items():
+            got[f"pt_{d}_pp"] = torch_pp(m, n, vocab, rep)
+        return got
+
+    def tg(self, n: int, loops: int, vocab: int, rep: int) -> dict:
+        got = {}
+        if self.tl32 is not None:
+            got["tl32_tg"] = bench.run_tg(self.tl32, n, 0, loops, vocab, rep)
+        for d, m in self.models.items():
+            got[f"pt_{d}_tg"] = torch_tg(m, n, vocab, rep)
+        return got
+
+    def collect(self, threads: int, args, s: dict) -> None:
+        for test, k in ((f"pp{args.n_prompt}", "pp"), (f"tg{args.n_gen}", "tg")):
+            self.rows.append((threads, test, {key[:-3]: v for key, v in s.items()
+                                              if key.endswith("_" + k)}))
+
+    def report(self, tl, path: str, loops: int, args) -> None:
+        import statistics
+
+        def ms(a):
+            return statistics.fmean(a), (statistics.stdev(a) if len(a) > 1 else 0.0)
+
+        hdr = bench.read_header(path)
+        main_dtype = hdr["head.weight" if "head.weight" in hdr else "embed.weight"]["dtype"]
+        err, scale, top1 = self.check
+        print(f"\nPyTorch eager ({self.versions}, transformers LlamaForCausalLM unrolled to "
+              f"L={loops}, torch threads = TinyLoop threads), {args.repetitions} repetitions; "
+              f"logit check on 16 tokens, PyTorch {self.dtypes[0].upper()} vs TinyLoop: max |diff| "
+              f"{err:.2e} (max |logit| {scale:.2f}), argmax agreement {top1:.0%}")
+        head = "| threads | test | PyTorch weights | PyTorch t/s |"
+        if self.tl32 is not None:
+            head += " TinyLoop F32 t/s | F32 / PyTorch |"
+        head += f" TinyLoop {main_dtype} t/s | {main_dtype} / PyTorch |"
+        print(head)
+        print("|---:|---|---|" + "---:|" * (head.count("|") - 4))
+        for th, test, s in self.rows:
+            tl_m, tl_s = ms(s["tl"])
+            for d in self.dtypes:
+                pm, psd = ms(s[f"pt_{d}"])
+                line = f"| {th} | {test} | {d.upper()} | {pm:.2f} ± {psd:.2f} |"
+                if self.tl32 is not None:
+                    m32, s32 = ms(s["tl32"])
+                    line += f" {m32:.2f} ± {s32:.2f} | {m32 / pm:.2f} |"
+                line += f" {tl_m:.2f} ± {tl_s:.2f} | {tl_m / pm:.2f} |"
+                print(line)
