@@ -17,9 +17,9 @@ ratio (> 1: TinyLoop faster).
 
 --torch adds Hugging Face transformers on PyTorch CPU (bench/torch_peer.py): the same unrolled
 model as a LlamaForCausalLM, eager, torch.set_num_threads(threads), in --torch-dtype weights
-(f32 by default; bf16, f16). Without --model the TinyLoop F32 benchmark model runs too, so
-PyTorch F32 has a same-precision TinyLoop row beside TinyLoop F16; all engines alternate
-within every repetition. llama.cpp is then optional (skipped when llama_cpp is missing).
+(f32 by default; bf16, f16). Without --model TinyLoop also runs the benchmark model stored in
+each of those dtypes, so every PyTorch row has a same-precision TinyLoop column beside the
+main (F16) one; all engines alternate within every repetition. llama.cpp is then optional (skipped when llama_cpp is missing).
 
 Needs `pip install gguf llama-cpp-python` (and `torch transformers` for --torch). On GCC 12 build llama-cpp-python with AMX off
 (docs/benchmarks.md and research/llamacpp_baseline.md explain why):
@@ -206,10 +206,16 @@ def torch_setup(args, tl, path: str, loops: int, n_ctx: int):
     """The PyTorch peer of --torch (bench/torch_peer.py), built once for every thread count."""
     from torch_peer import TorchPeer
 
-    # PyTorch gets the F32 benchmark model's weights (the F16 one holds the same values
-    # rounded); with --model, that model's own weights.
-    f32_path = None if args.model else bench.bench_model_path("f32", args.cache_dir)
-    return TorchPeer(tl, f32_path or path, f32_path, loops, n_ctx, args.torch_dtype)
+    # PyTorch gets the F32 benchmark model's weights (the F16 / BF16 ones hold the same values
+    # rounded), and TinyLoop runs the benchmark model in each PyTorch dtype too; with --model,
+    # that model's own weights and only that model.
+    if args.model:
+        hdr = bench.read_header(path)
+        dtype = hdr["head.weight" if "head.weight" in hdr else "embed.weight"]["dtype"].lower()
+        return TorchPeer(tl, path, {}, dtype, loops, n_ctx, args.torch_dtype)
+    same = {d: bench.bench_model_path(d, args.cache_dir) for d in args.torch_dtype}
+    return TorchPeer(tl, bench.bench_model_path("f32", args.cache_dir), same, "f16", loops, n_ctx,
+                     args.torch_dtype)
 
 
 def read_header_loops(path: str) -> int:

@@ -135,12 +135,14 @@ def torch_logits(model, ids) -> np.ndarray:
 
 class TorchPeer:
     """What bench/compare.py --torch adds to each repetition: PyTorch eager in every requested
-    dtype and, when given, TinyLoop on the F32 model, so PyTorch F32 has a same-precision row.
+    dtype and TinyLoop on the same model stored in that dtype, so every PyTorch row has a
+    same-precision TinyLoop row (besides compare.py's main TinyLoop model).
 
     tl: the tinyloop_py module; torch_src: the .tinyloop model PyTorch gets its weights from;
-    tl32_path: TinyLoop's F32 model (None: not run)."""
+    same: {dtype: TinyLoop model of that dtype} ({}: only the main model); main_dtype: the
+    main model's dtype ("f16"), whose samples compare.py already takes."""
 
-    def __init__(self, tl, torch_src: str, tl32_path: str | None, loops: int, n_ctx: int,
+    def __init__(self, tl, torch_src: str, same: dict, main_dtype: str, loops: int, n_ctx: int,
                  dtypes: list[str]):
         import torch
         import transformers
@@ -150,7 +152,8 @@ class TorchPeer:
         print(f"(building the unrolled LlamaForCausalLM from {os.path.basename(torch_src)}, "
               f"L={loops}: {', '.join(self.dtypes)})", file=sys.stderr)
         self.models = {d: unrolled_llama(torch_src, loops, d) for d in self.dtypes}
-        self.tl32 = tl.Model(tl32_path, max_seq_len=n_ctx) if tl32_path else None
+        self.main_dtype = main_dtype
+        self.same = {d: tl.Model(p, max_seq_len=n_ctx) for d, p in same.items() if d != main_dtype}
         self.rows = []  # (threads, test, {label: samples})
         # Both sides run the same function: logits of a short prompt, PyTorch in its first
         # dtype against TinyLoop on the model the weights came from.
@@ -166,16 +169,16 @@ class TorchPeer:
 
     def pp(self, n: int, loops: int, vocab: int, rep: int) -> dict:
         got = {}
-        if self.tl32 is not None:
-            got["tl32_pp"] = bench.run_pp(self.tl32, n, loops, vocab, rep)
+        for d, m in self.same.items():
+            got[f"tl_{d}_pp"] = bench.run_pp(m, n, loops, vocab, rep)
         for d, m in self.models.items():
             got[f"pt_{d}_pp"] = torch_pp(m, n, vocab, rep)
         return got
 
     def tg(self, n: int, loops: int, vocab: int, rep: int) -> dict:
         got = {}
-        if self.tl32 is not None:
-            got["tl32_tg"] = bench.run_tg(self.tl32, n, 0, loops, vocab, rep)
+        for d, m in self.same.items():
+            got[f"tl_{d}_tg"] = bench.run_tg(m, n, 0, loops, vocab, rep)
         for d, m in self.models.items():
             got[f"pt_{d}_tg"] = torch_tg(m, n, vocab, rep)
         return got
@@ -191,17 +194,16 @@ class TorchPeer:
         def ms(a):
             return statistics.fmean(a), (statistics.stdev(a) if len(a) > 1 else 0.0)
 
-        hdr = bench.read_header(path)
-        main_dtype = hdr["head.weight" if "head.weight" in hdr else "embed.weight"]["dtype"]
+        main = self.main_dtype.upper()
         err, scale, top1 = self.check
         print(f"\nPyTorch eager ({self.versions}, transformers LlamaForCausalLM unrolled to "
               f"L={loops}, torch threads = TinyLoop threads), {args.repetitions} repetitions; "
               f"logit check on 16 tokens, PyTorch {self.dtypes[0].upper()} vs TinyLoop: max |diff| "
               f"{err:.2e} (max |logit| {scale:.2f}), argmax agreement {top1:.0%}")
-        head = "| threads | test | PyTorch weights | PyTorch t/s |"
-        if self.tl32 is not None:
-            head += " TinyLoop F32 t/s | F32 / PyTorch |"
-        head += f" TinyLoop {main_dtype} t/s | {main_dtype} / PyTorch |"
+        head = "| threads | test | weights | PyTorch t/s |"
+        if self.same or self.main_dtype in self.dtypes:
+            head += " TinyLoop same weights t/s | ratio |"
+        head += f" TinyLoop {main} t/s | {main} / PyTorch |"
         print(head)
         print("|---:|---|---|" + "---:|" * (head.count("|") - 4))
         for th, test, s in self.rows:
@@ -209,8 +211,12 @@ class TorchPeer:
             for d in self.dtypes:
                 pm, psd = ms(s[f"pt_{d}"])
                 line = f"| {th} | {test} | {d.upper()} | {pm:.2f} ± {psd:.2f} |"
-                if self.tl32 is not None:
-                    m32, s32 = ms(s["tl32"])
-                    line += f" {m32:.2f} ± {s32:.2f} | {m32 / pm:.2f} |"
+                if self.same or self.main_dtype in self.dtypes:
+                    key = "tl" if d == self.main_dtype else f"tl_{d}"
+                    if key in s:
+                        m2, s2 = ms(s[key])
+                        line += f" {m2:.2f} ± {s2:.2f} | {m2 / pm:.2f} |"
+                    else:
+                        line += " | |"
                 line += f" {tl_m:.2f} ± {tl_s:.2f} | {tl_m / pm:.2f} |"
                 print(line)
