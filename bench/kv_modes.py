@@ -3,6 +3,8 @@ distributions move from the default FP16 cache (docs/kv-cache.md).
 
     PYTHONPATH=build:python python3 bench/kv_modes.py                 # bundled model
     PYTHONPATH=build:python python3 bench/kv_modes.py --loops 4 16 --positions 512
+    PYTHONPATH=build python3 bench/kv_modes.py --model SmolLM2.tinyloop --loops 1 --groups \
+        --quant-activations f32     # a plain (non-looped) model: L = 1, no shared-mode rows
 
 Modes: fp32, fp16 (the reference), int8, the store-h modes h_fp16 / h_int8 / h_int4 (the
 attention input h is kept, K/V rebuilt when attending), and the recurrence-shared mode
