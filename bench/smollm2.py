@@ -6,8 +6,8 @@ on its own Q4_1 GGUF, pp and tg, one process, the engines alternating in every r
 
 SmolLM2 has no loop (a plain 30-layer model: no weight reuse to exploit), so this measures
 the kernels alone: int4 (Q4_1) linears and an int8 (Q8_0) tied head on both sides. TinyLoop
-runs with quant_activations="q8" (its default, what llama.cpp does: int8 activations,
-integer dot products) and "f32" (exact activations, dequantize-then-FMA). The GGUF and the
+runs with quant_activations="q8" (what llama.cpp does: int8 activations, integer dot
+products) and "f32" (its default: exact activations, dequantize-then-FMA). The GGUF and the
 converted file come from the tests' cache (tests/python/smollm2.py). ppN / tgN as in
 bench/compare.py. Skips (exit 0, saying why) when llama_cpp or the GGUF is missing.
 """

@@ -113,9 +113,9 @@ Model(path, max_seq_len=None, kv_mode=None, quant_activations=None)
   kv_mode: KV storage of generation (docs/kv-cache.md): "fp16" (default), "fp32", "int8", or
     store-h "h_fp16" / "h_int8" / "h_int4" (keeps each attention input, rebuilds K/V);
     TINYLOOP_KV_INT8=1 / TINYLOOP_KV_FP32=1 / TINYLOOP_KV_H_MODE=1 (+ _INT8 / _INT4) set it.
-  quant_activations: "q8" (default) quantizes the input rows of int8 / int4 weight matmuls
-    to int8 per 32 columns with integer dot products, as llama.cpp does (faster, llama.cpp's
-    numbers); "f32" keeps them exact. TINYLOOP_QUANT_ACTIVATIONS sets the default.
+  quant_activations: "f32" (default) keeps the input rows of int8 / int4 weight matmuls
+    exact; "q8" quantizes them to int8 per 32 columns with integer dot products, as
+    llama.cpp does (docs/model-format.md). TINYLOOP_QUANT_ACTIVATIONS sets the default.
 Use as a context manager or call close(); any call after close() raises RuntimeError.
 One Model may be used from several Python threads at once (the GIL is released during compute).
 )doc";

@@ -69,18 +69,58 @@ HWY_INLINE void WidenRow(const detail::Q8ActArgs& a, int64_t n, int16_t* HWY_RES
   }
 }
 
-// Output columns [n0, n1) of every row.
-void Q8ActRange(const detail::Q8ActArgs& a, int64_t n0, int64_t n1) {
+// Rows t0 .. t0 + MR of x against the widened weight row w16 [K]: y[t, n] for each.
+// Each (t, n) has its own accumulator chain in the same order whatever MR (batch invariance);
+// MR rows only share the weight loads.
+template <int MR>
+HWY_INLINE void DotRows(const detail::Q8ActArgs& a, const int16_t* HWY_RESTRICT w16,
+                        const float* HWY_RESTRICT dw, const float* HWY_RESTRICT ow, int64_t t0,
+                        int64_t n) {
   const hn::ScalableTag<int16_t> d16;
   const hn::Repartition<int32_t, decltype(d16)> d32;
   const hn::Repartition<float, decltype(d16)> df;
-  static_assert(hn::MaxLanes(hn::ScalableTag<int16_t>()) <= ops::kQ8Block, "block < vector");
+  using VF = hn::Vec<decltype(df)>;
   const int64_t L16 = int64_t(hn::Lanes(d16));
-  const int64_t K = a.K, nb = K / ops::kQ8Block, ng = K / a.group;
-  const int64_t bpg = a.group / ops::kQ8Block;
+  const int64_t K = a.K, nb = K / ops::kQ8Block, bpg = a.group / ops::kQ8Block;
+  const int16_t* xq[MR];  // [K] each
+  const float *dx[MR], *sx[MR];  // [nb] each
+  VF acc[MR];
+  float off[MR];
+  for (int i = 0; i < MR; ++i) {
+    xq[i] = a.xq + (t0 + i) * K;
+    dx[i] = a.dx + (t0 + i) * nb;
+    sx[i] = a.sx + (t0 + i) * nb;
+    acc[i] = hn::Zero(df);
+    off[i] = 0.f;
+  }
+  for (int64_t g = 0, b = 0; b < nb; ++g) {
+    const float s = dw[g], o = ow[g];
+    for (int64_t e = b + bpg; b < e; ++b) {
+      const int64_t k0 = b * ops::kQ8Block;
+      for (int i = 0; i < MR; ++i) {
+        auto s0 = hn::Zero(d32), s1 = hn::Zero(d32);
+        for (int64_t c = 0; c < ops::kQ8Block; c += L16)
+          s0 = hn::ReorderWidenMulAccumulate(d32, hn::LoadU(d16, w16 + k0 + c),
+                                             hn::LoadU(d16, xq[i] + k0 + c), s0, s1);
+        const auto isum = hn::RearrangeToOddPlusEven(s0, s1);  // partial sums of block b
+        acc[i] = hn::MulAdd(hn::ConvertTo(df, isum), hn::Set(df, s * dx[i][b]), acc[i]);
+        if (a.int4) off[i] += o * sx[i][b];
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    const float v = ReduceSumF32(df, acc[i]) + off[i];
+    a.y[(t0 + i) * a.N + n] = a.bias ? v + a.bias[n] : v;
+  }
+}
+
+// Output columns [n0, n1) of every row.
+void Q8ActRange(const detail::Q8ActArgs& a, int64_t n0, int64_t n1) {
+  static_assert(hn::MaxLanes(hn::ScalableTag<int16_t>()) <= ops::kQ8Block, "block < vector");
+  const int64_t K = a.K, ng = K / a.group;
   const int64_t psize = a.scale_f16 ? 2 : 4;
   thread_local std::vector<int16_t> w16;  // [K] one weight row widened
-  thread_local std::vector<float> dw, ow;  // [K / group] its scales, offsets
+  thread_local std::vector<float> dw, ow;  // [K / group] its scales, offsets (0 for int8)
   if (w16.size() < size_t(K)) w16.resize(size_t(K));
   if (dw.size() < size_t(ng)) dw.resize(size_t(ng)), ow.resize(size_t(ng));
   for (int64_t n = n0; n < n1; ++n) {
@@ -94,26 +134,9 @@ void Q8ActRange(const detail::Q8ActArgs& a, int64_t n0, int64_t n1) {
                       : a.scale_f16 ? ops::detail::half_to_float(reinterpret_cast<const uint16_t*>(op)[g])
                                     : reinterpret_cast<const float*>(op)[g];
     }
-    for (int64_t t = 0; t < a.T; ++t) {
-      const int16_t* xq = a.xq + t * K;  // [K]
-      const float* dx = a.dx + t * nb;   // [nb]
-      const float* sx = a.sx + t * nb;   // [nb]
-      auto acc = hn::Zero(df);
-      float off = 0.f;
-      for (int64_t b = 0; b < nb; ++b) {
-        const int64_t k0 = b * ops::kQ8Block;
-        auto s0 = hn::Zero(d32), s1 = hn::Zero(d32);
-        for (int64_t c = 0; c < ops::kQ8Block; c += L16)
-          s0 = hn::ReorderWidenMulAccumulate(d32, hn::LoadU(d16, w16.data() + k0 + c),
-                                             hn::LoadU(d16, xq + k0 + c), s0, s1);
-        const auto isum = hn::RearrangeToOddPlusEven(s0, s1);  // partial sums of block b
-        const float scale = dw[size_t(b / bpg)] * dx[b];
-        acc = hn::MulAdd(hn::ConvertTo(df, isum), hn::Set(df, scale), acc);
-        if (a.int4) off += ow[size_t(b / bpg)] * sx[b];
-      }
-      const float v = ReduceSumF32(df, acc) + off;
-      a.y[t * a.N + n] = a.bias ? v + a.bias[n] : v;
-    }
+    int64_t t = 0;
+    for (; t + 4 <= a.T; t += 4) DotRows<4>(a, w16.data(), dw.data(), ow.data(), t, n);
+    for (; t < a.T; ++t) DotRows<1>(a, w16.data(), dw.data(), ow.data(), t, n);
   }
 }
 

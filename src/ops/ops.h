@@ -32,7 +32,7 @@ struct WeightView {
   const void* scales = nullptr;     // quantized only: [N, K / group]
   const void* offsets = nullptr;    // U4 only: [N, K / group]
   // I8 / U4 only: matmul quantizes x per 32 columns as llama.cpp does (ops/matmul_q8act.h)
-  // when the group allows it (a multiple of 32); set per Model (quant_activations="q8").
+  // when the group allows it (a multiple of 32); set per Model (quant_activations="q8"; default "f32").
   bool act_q8 = false;
 };
 

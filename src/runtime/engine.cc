@@ -39,7 +39,7 @@ bool parse_quant_activations(const std::optional<std::string>& mode) {
   std::string m = mode.value_or("");
   if (m.empty()) {
     const char* env = std::getenv("TINYLOOP_QUANT_ACTIVATIONS");
-    m = env && *env ? env : "q8";
+    m = env && *env ? env : "f32";
     if (m != "q8" && m != "f32")
       throw std::invalid_argument("TINYLOOP_QUANT_ACTIVATIONS must be 'q8' or 'f32', got '" + m + "'");
   }

@@ -18,9 +18,9 @@ struct EngineOptions {
   // (docs/kv-cache.md); default from env (TINYLOOP_KV_INT8, TINYLOOP_KV_FP32, TINYLOOP_KV_H_MODE
   // [+ TINYLOOP_KV_INT8 / TINYLOOP_KV_INT4])
   std::optional<std::string> kv_mode;
-  // "q8" (default) | "f32": how int8 / int4 weights (group a multiple of 32) take their
-  // input rows: quantized per 32 columns as llama.cpp does (ops/matmul_q8act.h) or exact.
-  // Default from env TINYLOOP_QUANT_ACTIVATIONS.
+  // "f32" (default) | "q8": how int8 / int4 weights (group a multiple of 32) take their
+  // input rows: exact, or quantized per 32 columns as llama.cpp does (ops/matmul_q8act.h).
+  // Default from env TINYLOOP_QUANT_ACTIVATIONS (docs/model-format.md says why f32).
   std::optional<std::string> quant_activations;
 };
 
@@ -76,7 +76,7 @@ class Engine {
   int64_t max_seq_len_ = 0;
   ops::KvDType kv_dtype_ = ops::KvDType::F16;
   bool kv_cache_disabled_ = false;
-  bool act_q8_ = true;
+  bool act_q8_ = false;
 };
 
 }  // namespace tinyloop::runtime

@@ -14,8 +14,8 @@ Two llama.cpp runs of the same weights: the Q4_1 GGUF itself, and that file with
 dequantized to F32 by gguf's own `dequantize` (written once into the cache). llama.cpp's CPU
 backend rounds the activations of every quantized matmul to 8 bits (Q8_1 / Q8_0 blocks of 32)
 and takes integer dot products; on the F32 file it has no such rounding. TinyLoop keeps the
-weights quantized and does either: quant_activations="q8" (its default) quantizes activations
-exactly as ggml's x86 backend does (ops/matmul_q8act.h), "f32" computes with float
+weights quantized and does either: quant_activations="q8" quantizes activations
+exactly as ggml's x86 backend does (ops/matmul_q8act.h), "f32" (the default) computes with float
 activations (exact with respect to the dequantized weights). Each file is compared with the
 mode that matches what llama.cpp computes on it (q8 for Q4_1, f32 for the F32 file); the other
 mode's numbers are printed beside it.

@@ -360,12 +360,12 @@ def test_quant_activations_kwarg_env_and_errors(tmp_path, monkeypatch):
     tl = _engine()
     path = _quantized_model(tmp_path, "llama", "int8", 32, "f16", max_seq_len=128)
     with tl.Model(path) as model:
-        assert model.config()["quant_activations"] == "q8"  # llama.cpp's behaviour by default
-    monkeypatch.setenv("TINYLOOP_QUANT_ACTIVATIONS", "f32")
+        assert model.config()["quant_activations"] == "f32"  # exact by default (docs/model-format.md)
+    monkeypatch.setenv("TINYLOOP_QUANT_ACTIVATIONS", "q8")
     with tl.Model(path) as model:
-        assert model.config()["quant_activations"] == "f32"
-    with tl.Model(path, quant_activations="q8") as model:  # the kwarg wins over the env
         assert model.config()["quant_activations"] == "q8"
+    with tl.Model(path, quant_activations="f32") as model:  # the kwarg wins over the env
+        assert model.config()["quant_activations"] == "f32"
     with pytest.raises(ValueError, match="quant_activations"):
         tl.Model(path, quant_activations="int8")
     monkeypatch.setenv("TINYLOOP_QUANT_ACTIVATIONS", "bogus")
