@@ -81,13 +81,14 @@ def main(argv=None) -> int:
     print(f"SmolLM2-135M-Instruct Q4_1: TinyLoop ({os.path.basename(ours)}) vs llama.cpp "
           f"({os.path.basename(gguf)}), {args.repetitions} repetitions, SIMD target "
           f"{tl.cpu_info()['simd_target']}")
-    print("| threads | test | TinyLoop q8 t/s | TinyLoop f32 t/s | llama.cpp t/s | q8 / llama.cpp |")
-    print("|---:|---|---:|---:|---:|---:|")
+    print("| threads | test | TinyLoop q8 t/s | TinyLoop f32 t/s | llama.cpp t/s | q8 / llama.cpp | f32 / llama.cpp |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
     for th, test, s in results:
         m = {k: statistics.fmean(v) for k, v in s.items()}
         sd = {k: statistics.stdev(v) if len(v) > 1 else 0.0 for k, v in s.items()}
         print(f"| {th} | {test} | {m['q8']:.1f} ± {sd['q8']:.1f} | {m['f32']:.1f} ± {sd['f32']:.1f} | "
-              f"{m['llama.cpp']:.1f} ± {sd['llama.cpp']:.1f} | {m['q8'] / m['llama.cpp']:.2f} |")
+              f"{m['llama.cpp']:.1f} ± {sd['llama.cpp']:.1f} | {m['q8'] / m['llama.cpp']:.2f} | "
+              f"{m['f32'] / m['llama.cpp']:.2f} |")
     return 0
 
 
