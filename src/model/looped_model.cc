@@ -9,8 +9,10 @@
 
 namespace tinyloop::model {
 
-LoopedModel::LoopedModel(std::shared_ptr<const ModelFile> file)
-    : file_(std::move(file)), cfg_(file_->config()), w_(bind_weights(*file_)) {}
+LoopedModel::LoopedModel(std::shared_ptr<const ModelFile> file, bool act_q8)
+    : file_(std::move(file)), cfg_(file_->config()), w_(bind_weights(*file_)) {
+  set_activation_q8(w_, act_q8);
+}
 
 void LoopedModel::prelude(const int32_t* tokens, const int64_t* pos, int64_t T, KvCache& kv,
                           Workspace& ws, float* x, float* trace) const {

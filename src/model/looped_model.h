@@ -23,7 +23,9 @@ enum class LogitRows { Last, All };
 
 class LoopedModel {
  public:
-  explicit LoopedModel(std::shared_ptr<const ModelFile> file);
+  // act_q8: int8 activations for the int8/int4 weight matmuls (set_activation_q8), fixed
+  // for the model's lifetime.
+  explicit LoopedModel(std::shared_ptr<const ModelFile> file, bool act_q8 = false);
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }

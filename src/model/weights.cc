@@ -109,4 +109,15 @@ ModelWeights bind_weights(const ModelFile& f) {
   return w;
 }
 
+void set_activation_q8(ModelWeights& w, bool q8) {
+  auto mark = [q8](Linear& l) { l.w.act_q8 = q8; };
+  for (auto* layers : {&w.pre, &w.loop, &w.post})
+    for (LayerWeights& L : *layers)
+      for (Linear* l : {&L.wqkv, &L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+        mark(*l);
+  mark(w.inject);
+  mark(w.exit_gate);
+  w.head.act_q8 = q8;
+}
+
 }  // namespace tinyloop::model

@@ -52,4 +52,9 @@ struct ModelWeights {
 // dtypes against the config).
 ModelWeights bind_weights(const ModelFile& file);
 
+// Marks every matmul weight view (linears, inject, exit gate, head) to quantize its
+// activation rows to int8 per block of 32 as llama.cpp does (ops::WeightView::act_q8). The
+// matmul op applies it only to int8/int4 weights with a group that is a multiple of 32.
+void set_activation_q8(ModelWeights& w, bool q8);
+
 }  // namespace tinyloop::model

@@ -48,29 +48,13 @@ bool parse_quant_activations(const std::optional<std::string>& mode) {
   throw std::invalid_argument("quant_activations must be 'q8' or 'f32', got '" + m + "'");
 }
 
-// Marks every matmul weight of the model for q8 activations (ops::WeightView::act_q8;
-// ops::matmul ignores the mark where the weight is not int8 / int4 with group % 32 == 0).
-void mark_act_q8(model::ModelWeights& w) {
-  auto lin = [](model::Linear& l) { l.w.act_q8 = true; };
-  for (auto* layers : {&w.pre, &w.loop, &w.post})
-    for (model::LayerWeights& L : *layers)
-      for (model::Linear* l : {&L.wqkv, &L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-        lin(*l);
-  lin(w.inject);
-  lin(w.exit_gate);
-  w.head.act_q8 = true;
-}
-
 }  // namespace
 
 Engine::Engine(const std::string& path, const EngineOptions& opts) {
   kv_dtype_ = parse_kv_mode(opts.kv_mode);
   kv_cache_disabled_ = env_flag("TINYLOOP_DISABLE_KV_CACHE");
   act_q8_ = parse_quant_activations(opts.quant_activations);
-  model_ = std::make_unique<model::LoopedModel>(ModelFile::open(path));
-  // The model is ours alone and nobody has seen it yet: its views take the mode once, here
-  // (LoopedModel exposes its weights read-only; the mark is a per-Model setting, not data).
-  if (act_q8_) mark_act_q8(const_cast<model::ModelWeights&>(model_->weights()));
+  model_ = std::make_unique<model::LoopedModel>(ModelFile::open(path), act_q8_);
   const ModelConfig& c = model_->config();
   max_seq_len_ = opts.max_seq_len.value_or(c.max_seq_len);
   if (max_seq_len_ < 1)
