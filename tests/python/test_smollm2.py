@@ -1,8 +1,7 @@
 """SmolLM2-135M-Instruct (Q4_1 GGUF, converted once and cached: tests/python/smollm2.py) on
-the engine: the converted file loads, its embedded tokenizer gives llama.cpp's ids, the
-a greedy
-continuation and a chat answer are readable English, and grammar-constrained outputs fully
-match their patterns. The live comparison with llama.cpp, and the engine against the numpy
+the engine: the converted file loads, its embedded tokenizer gives llama.cpp's ids, a greedy
+continuation and a chat answer are readable English, and grammar-constrained outputs (greedy,
+sampled, beam search) fully match their patterns. The live comparison with llama.cpp, and the engine against the numpy
 reference on this model, are tests/oracles (slow)."""
 import os
 import re
