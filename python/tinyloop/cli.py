@@ -52,6 +52,20 @@ def _sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-seq-len", type=int, default=None)
 
 
+def _engine_args(p: argparse.ArgumentParser) -> None:
+    """Model and search options of `generate` (docs/kv-cache.md, docs/beam-search.md)."""
+    p.add_argument("--kv-mode", default=None,
+                   choices=["fp16", "fp32", "int8", "h_fp16", "h_int8", "h_int4"],
+                   help="KV cache storage (default fp16, or the TINYLOOP_KV_* variables)")
+    p.add_argument("--kv-loop-slots", type=int, default=0,
+                   help="recurrence-shared KV: B slot groups for all loop iterations (0: one per iteration)")
+    p.add_argument("--quant-activations", default=None, choices=["f32", "q8"],
+                   help="int8/int4 weight matmuls: exact float inputs (f32, default) or llama.cpp's int8 rows")
+    p.add_argument("--beam-size", type=int, default=0,
+                   help="beam search with this many beams (>= 2; sampling flags are then ignored)")
+    p.add_argument("--length-penalty", type=float, default=1.0, help="beam search length penalty")
+
+
 def _generate_inputs(args) -> tuple[str | None, str]:
     """`generate MODEL PROMPT` or `generate PROMPT` (the bundled model, or --model)."""
     if len(args.words) > 2 or (len(args.words) == 2 and args.model):
@@ -73,7 +87,8 @@ def cmd_generate(args) -> int:
         print("tinyloop generate: no model given and no bundled model found "
               "(pass --model PATH or set TINYLOOP_MODEL)", file=sys.stderr)
         return 2
-    with tl.Model(path, max_seq_len=args.max_seq_len) as model:
+    with tl.Model(path, max_seq_len=args.max_seq_len, kv_mode=args.kv_mode,
+                  quant_activations=args.quant_activations) as model:
         tokenizer = None if args.ids else load_tokenizer(model)
         if tokenizer is None:
             if not args.ids and model.tokenizer_json() == "":
@@ -88,7 +103,8 @@ def cmd_generate(args) -> int:
             prompt, on_token, max_tokens=args.max_tokens, loops=args.loops,
             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
             repetition_penalty=args.repetition_penalty, seed=args.seed,
-            cache_window=args.cache_window)
+            cache_window=args.cache_window, kv_loop_slots=args.kv_loop_slots,
+            beam_size=args.beam_size, length_penalty=args.length_penalty)
         print()
         n = r["tokens_emitted"]
         per_tok = r["decode_steady_ms"] / max(1, n - 1)
@@ -206,6 +222,7 @@ def main(argv=None) -> int:
     g.add_argument("--model", default=None, help="a .tinyloop file (same as the MODEL argument)")
     g.add_argument("--ids", action="store_true", help="the prompt is comma-separated token ids")
     _sampling_args(g)
+    _engine_args(g)
     g.set_defaults(func=cmd_generate)
 
     t = sub.add_parser("talk", help="type the start of a text, get a continuation (empty line quits)")

@@ -43,6 +43,34 @@ def test_generate_with_ids(test_models, capsys):
     assert [int(t) for t in out] == want[3:]
 
 
+def test_generate_engine_flags(test_models, capsys, monkeypatch):
+    """--kv-mode / --kv-loop-slots / --beam-size reach the Model and the call (the last two
+    change this model's greedy tokens; int8 KV does not, so the Model's kwargs are recorded)."""
+    m = test_models["huginn"]
+    opened = []
+    real_model = tl.Model
+
+    def recording_model(*a, **kw):
+        opened.append(kw)
+        return real_model(*a, **kw)
+
+    monkeypatch.setattr(tl, "Model", recording_model)
+    cases = [(["--kv-mode", "int8"], dict(kv_mode="int8"), {}),
+             (["--kv-loop-slots", "1", "--loops", "3"], {}, dict(kv_loop_slots=1, loops=3)),
+             (["--beam-size", "3", "--length-penalty", "0.5"], {}, dict(beam_size=3, length_penalty=0.5))]
+    for flags, model_kw, call_kw in cases:
+        assert cli.main(["generate", m.path, "1,2,3", "--ids", "--max-tokens", "6",
+                         "--temperature", "0"] + flags) == 0
+        out = [int(t) for t in capsys.readouterr().out.split()]
+        with tl.Model(m.path, **model_kw) as model:
+            want = model.generate([1, 2, 3], max_tokens=6, temperature=0.0, repetition_penalty=1.1,
+                                  **call_kw)
+        assert out == want[3:], flags
+    assert opened[0]["kv_mode"] == "int8" and opened[2].get("kv_mode") is None
+    assert cli.main(["generate", m.path, "1,2", "--ids", "--beam-size", "-2"]) == 1
+    assert "beam_size" in capsys.readouterr().err
+
+
 def test_generate_with_text(text_model, capsys):
     assert cli.main(["generate", "--model", text_model, "w5 w6 w7", "--max-tokens", "6",
                      "--seed", "3"]) == 0
