@@ -1,9 +1,12 @@
 // SIMD attention over one KV slot, or over two (a shared prefix slot for positions < split,
-// a tail slot for the rest: the prefix cache), F32 or F16 storage; same contracts as
-// ops::attention and ops::attention_segments. One routine serves both: the one-slot call is
-// the two-slot call with split = 0, and the segment boundary only decides which slot a
-// position's row is read from, so a window split across two slots gets exactly the
-// arithmetic of the same window in one slot (bit-identical, which the prefix cache needs).
+// a tail slot for the rest: the prefix cache), F32, F16 or INT8 storage (ops/kv_quant.h);
+// same contracts as ops::attention and ops::attention_segments. The storage type is only a
+// row loader (LoadChunk widens a chunk; an int8 row also carries a per-(row, kv head) scale,
+// applied to the score and to the softmax weight), so every dtype runs the same loops. One
+// routine serves one and two slots: the one-slot call is the two-slot call with split = 0,
+// and the segment boundary only decides which slot a position's row is read from, so a
+// window split across two slots gets exactly the arithmetic of the same window in one slot
+// (bit-identical, which the prefix cache needs).
 //
 // A task is one (query row t, kv head g) pair: the query heads of g's group attend to the
 // keys k_lo[t] .. q_pos[t]. Per query head the arithmetic is fixed by its own window:
@@ -11,11 +14,14 @@
 //   w[p] = Exp(score[p] - max) (vector exp, ~1 ulp), sum = lane-wise sum then SumOfLanes
 //   out = (sum over p in order of MulAdd(w[p], widen(V[p]))) * (1 / sum)
 // so a row's result does not depend on T or on the other rows (batch invariance), nor on
-// where the window is split between slots, and tasks may run on any thread.
+// where the window is split between slots, and tasks may run on any thread. INT8 rows
+// (int8 -> int32 -> float, exact) are scaled inside those sums, never dequantized into a
+// buffer: score[p] uses k_scale[p] * scale, and V[p]'s weight is w[p] * v_scale[p].
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/kernels.h"
@@ -49,26 +55,43 @@ HWY_BEFORE_NAMESPACE();
 namespace tinyloop::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// One chunk (Lanes elements starting at c) of a [hd] row, widened; the row's tail chunk is
-// zero-padded without reading past the row.
+// INT8 rows carry a scale per (row, kv head); F32 / F16 rows do not.
+template <typename KT>
+inline constexpr bool kScaled = std::is_same_v<KT, int8_t>;
+
+// One chunk (Lanes elements starting at c) of a [hd] row, widened to float (int8: via int32,
+// exact); the row's tail chunk is zero-padded without reading past the row.
 template <class DF, typename KT>
-HWY_INLINE hn::Vec<DF> LoadChunk(DF df, const KT* row, int64_t c, int64_t hd) {
+HWY_INLINE hn::Vec<DF> LoadChunk(DF df, const KT* HWY_RESTRICT row, int64_t c, int64_t hd) {
   const int64_t L = int64_t(hn::Lanes(df));
-  return c + L <= hd ? LoadF32(df, row + c) : LoadF32Tail(df, row + c, size_t(hd - c));
+  if constexpr (kScaled<KT>) {
+    const hn::Rebind<int8_t, DF> d8;
+    const hn::Rebind<int32_t, DF> di;
+    if (c + L <= hd) return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, row + c)));
+    constexpr size_t kMax = hn::MaxLanes(DF());
+    alignas(64) int8_t pad[kMax];  // [Lanes] the tail chunk, zero-padded through a stack copy
+    std::memset(pad, 0, sizeof(pad));
+    std::memcpy(pad, row + c, HWY_MIN(size_t(hd - c), kMax));
+    return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, pad)));
+  } else {
+    return c + L <= hd ? LoadF32(df, row + c) : LoadF32Tail(df, row + c, size_t(hd - c));
+  }
 }
 
 // The part of a window that lies in one slot: positions lo .. lo + n - 1, row p % cap.
 template <typename KT>
 struct Seg {
-  const KT* k;  // [cap, n_kv, hd]
-  const KT* v;  // [cap, n_kv, hd]
+  const KT* k;         // [cap, n_kv, hd]
+  const KT* v;         // [cap, n_kv, hd]
+  const float* ks;     // [cap, n_kv] K row scales (INT8 only, else null)
+  const float* vs;     // [cap, n_kv] V row scales (INT8 only, else null)
   int64_t cap, lo, n;
 };
 
 // o[c0 .. c0 + NV*L) of one query head = inv * sum_p w[p] * V[p] (the valid part only), p
 // over the window's segments in position order, one set of accumulators throughout.
 //   seg    [n_seg] window parts, each V row r of kv head g at v + (r * n_kv + g) * hd
-//   w      [sum of seg n] softmax numerators in window order
+//   w      [sum of seg n] softmax numerators in window order (INT8: times the V row scale)
 //   o      [hd] output row
 template <int NV, typename KT>
 HWY_INLINE void WeightedV(const Seg<KT>* seg, int n_seg, int64_t n_kv, int64_t g, int64_t hd,
@@ -85,7 +108,11 @@ HWY_INLINE void WeightedV(const Seg<KT>* seg, int n_seg, int64_t n_kv, int64_t g
     int64_t r = seg[s].lo % cap;  // ring row of position lo + p, advanced without a division
     for (int64_t p = 0; p < n; ++p) {
       const KT* vr = vbase + (r * n_kv + g) * hd + c0;  // [hd - c0] from chunk c0 on
-      const V wv = hn::Set(df, w[p]);
+      V wv;
+      if constexpr (kScaled<KT>)
+        wv = hn::Set(df, w[p] * seg[s].vs[r * n_kv + g]);
+      else
+        wv = hn::Set(df, w[p]);
       acc0 = hn::MulAdd(wv, LoadChunk(df, vr, 0, hd - c0), acc0);
       if constexpr (NV > 1) acc1 = hn::MulAdd(wv, LoadChunk(df, vr, L, hd - c0), acc1);
       if constexpr (NV > 2) acc2 = hn::MulAdd(wv, LoadChunk(df, vr, 2 * L, hd - c0), acc2);
@@ -105,15 +132,16 @@ HWY_INLINE void WeightedV(const Seg<KT>* seg, int n_seg, int64_t n_kv, int64_t g
   }
 }
 
-// sc[j * np + p] = dot(q_j, K[lo + p]) * scale for every head j of the group, p < n. The
-// dot is acc = MulAdd(q chunk c, K chunk c, acc) over the chunks in order, then SumOfLanes:
+// sc[j * np + p] = dot(q_j, K[lo + p]) * scale (INT8: * (k_scale[lo + p] * scale)) for every
+// head j of the group, p < n. The dot is acc = MulAdd(q chunk c, K chunk c, acc) over the chunks in order, then SumOfLanes:
 // NC > 0 unrolls rows of exactly NC chunks (K chunks kept in registers across the group's
 // heads), NC == 0 loops; both do the same arithmetic.
 //   kbase  [capacity, n_kv, hd] of KT
+//   kscale [capacity, n_kv] K row scales (INT8 only)
 //   qp     [group, hdp] zero-padded query rows
 template <int NC, typename KT>
-HWY_INLINE void QkScores(const KT* kbase, int64_t cap, int64_t n_kv, int64_t g, int64_t hd,
-                         int64_t hdp, int64_t lo, int64_t n, const float* qp, int64_t group,
+HWY_INLINE void QkScores(const KT* kbase, const float* kscale, int64_t cap, int64_t n_kv,
+                         int64_t g, int64_t hd, int64_t hdp, int64_t lo, int64_t n, const float* qp, int64_t group,
                          float scale, float* sc, int64_t np) {
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
@@ -121,12 +149,14 @@ HWY_INLINE void QkScores(const KT* kbase, int64_t cap, int64_t n_kv, int64_t g, 
   int64_t r = lo % cap;
   for (int64_t p = 0; p < n; ++p) {
     const KT* kr = kbase + (r * n_kv + g) * hd;  // [hd]
+    float f = scale;  // the score's factor
+    if constexpr (kScaled<KT>) f = kscale[r * n_kv + g] * scale;
     if constexpr (NC == 0) {
       for (int64_t j = 0; j < group; ++j) {
         const float* qj = qp + j * hdp;  // [hdp]
         V acc = hn::Zero(df);
         for (int64_t c = 0; c < hd; c += L) acc = hn::MulAdd(hn::LoadU(df, qj + c), LoadChunk(df, kr, c, hd), acc);
-        sc[j * np + p] = ReduceSumF32(df, acc) * scale;
+        sc[j * np + p] = ReduceSumF32(df, acc) * f;
       }
     } else {
       const V k0 = LoadChunk(df, kr, 0, hd);
@@ -139,7 +169,7 @@ HWY_INLINE void QkScores(const KT* kbase, int64_t cap, int64_t n_kv, int64_t g, 
         if constexpr (NC > 1) acc = hn::MulAdd(hn::LoadU(df, qj + L), k1, acc);
         if constexpr (NC > 2) acc = hn::MulAdd(hn::LoadU(df, qj + 2 * L), k2, acc);
         if constexpr (NC > 3) acc = hn::MulAdd(hn::LoadU(df, qj + 3 * L), k3, acc);
-        sc[j * np + p] = ReduceSumF32(df, acc) * scale;
+        sc[j * np + p] = ReduceSumF32(df, acc) * f;
       }
     }
     if (++r == cap) r = 0;
@@ -166,10 +196,10 @@ HWY_NOINLINE void AttendGroupT(const detail::AttnArgs& a, int64_t t, int64_t g) 
   const int64_t n_pre = std::clamp<int64_t>(a.split - lo, 0, n);
   if (n_pre > 0)
     seg[n_seg++] = {static_cast<const KT*>(a.prefix.k), static_cast<const KT*>(a.prefix.v),
-                    a.prefix.capacity, lo, n_pre};
+                    a.prefix.k_scale, a.prefix.v_scale, a.prefix.capacity, lo, n_pre};
   if (n_pre < n)
     seg[n_seg++] = {static_cast<const KT*>(a.tail.k), static_cast<const KT*>(a.tail.v),
-                    a.tail.capacity, lo + n_pre, n - n_pre};
+                    a.tail.k_scale, a.tail.v_scale, a.tail.capacity, lo + n_pre, n - n_pre};
 
   const float scale = float(1.0 / std::sqrt(double(hd)));
   const int64_t hdp = (hd + L - 1) / L * L;  // hd padded to whole vectors
@@ -191,14 +221,15 @@ HWY_NOINLINE void AttendGroupT(const detail::AttnArgs& a, int64_t t, int64_t g) 
   // a score depends only on its own q and K row, so the segments just fill their columns.
   for (int s = 0, off = 0; s < n_seg; off += int(seg[s].n), ++s) {
     const KT* kbase = seg[s].k;
+    const float* ks = seg[s].ks;  // [cap, n_kv] or null
     const int64_t cap = seg[s].cap, slo = seg[s].lo, sn = seg[s].n;
     float* ss = sc + off;  // [group, np] from column off
     switch (hdp / L) {  // unrolled for rows of up to 4 vectors (head_dim 64 on AVX-512)
-      case 1: QkScores<1>(kbase, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
-      case 2: QkScores<2>(kbase, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
-      case 3: QkScores<3>(kbase, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
-      case 4: QkScores<4>(kbase, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
-      default: QkScores<0>(kbase, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
+      case 1: QkScores<1>(kbase, ks, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
+      case 2: QkScores<2>(kbase, ks, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
+      case 3: QkScores<3>(kbase, ks, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
+      case 4: QkScores<4>(kbase, ks, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
+      default: QkScores<0>(kbase, ks, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
     }
   }
 
@@ -248,6 +279,8 @@ void FloatToHalfN(const float* HWY_RESTRICT src, int64_t n, uint16_t* HWY_RESTRI
 void AttendGroup(const detail::AttnArgs& a, int64_t t, int64_t g) {
   if (a.tail.dtype == ops::KvDType::F16)
     AttendGroupT<hwy::float16_t>(a, t, g);
+  else if (a.tail.dtype == ops::KvDType::I8)
+    AttendGroupT<int8_t>(a, t, g);
   else
     AttendGroupT<float>(a, t, g);
 }
@@ -292,6 +325,12 @@ void attention_segments(const float* q, int64_t T, int64_t n_heads, const ops::K
 void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,
                const int64_t* q_pos, const int64_t* k_lo, float* out) {
   attention_segments(q, T, n_heads, kv, 0, kv, q_pos, k_lo, out);  // split 0: all in kv
+}
+
+// The INT8 entry point of dispatch: the same routine (kv.dtype == I8 picks the int8 loader).
+void attention_int8(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,
+                    const int64_t* q_pos, const int64_t* k_lo, float* out) {
+  attention_segments(q, T, n_heads, kv, 0, kv, q_pos, k_lo, out);
 }
 }  // namespace tinyloop::cpu
 #endif

@@ -1,14 +1,15 @@
 // INT8 KV rows: the quantizer (shared by the scalar and SIMD paths) and the scalar reference
-// attention over an I8 slot. Same loop structure as ref::attention (ops/attention.cc): per
-// query row and kv head, scores for the whole window, stable softmax, weighted V; the int8
-// values are widened and scaled inside the dot products, never dequantized into a buffer.
+// attention over an I8 slot, which is the one reference loop (ops/attention_segments.cc)
+// with its I8 row loader: the int8 values are widened and scaled inside the dot products,
+// never dequantized into a buffer.
 #include "ops/kv_quant.h"
 
 #include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <stdexcept>
-#include <vector>
+
+#include "ops/attention_segments.h"
 
 namespace tinyloop::ops {
 
@@ -46,68 +47,12 @@ void kv_write_i8(int8_t* k, int8_t* v, float* k_scale, float* v_scale, int64_t c
 
 namespace ref {
 
-// q      [T, n_heads, head_dim]
-// q_pos  [T], k_lo [T]: the window of query row t is k_lo[t] .. q_pos[t]
-// out    [T, n_heads, head_dim]
+// q [T, n_heads, head_dim], q_pos [T], k_lo [T], out [T, n_heads, head_dim]. The reference
+// loop of ops/attention_segments.cc with split 0; its I8 row loader widens and scales.
 void attention_i8(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
                   const int64_t* q_pos, const int64_t* k_lo, float* out) {
-  const int64_t hd = kv.head_dim, n_kv = kv.n_kv_heads;
-  assert(n_kv > 0 && n_heads % n_kv == 0);
-  assert(kv.k_scale && kv.v_scale);
-  const int64_t group = n_heads / n_kv;  // query heads per kv head
-  const float scale = float(1.0 / std::sqrt(double(hd)));
-  const auto* K = static_cast<const int8_t*>(kv.k);  // [capacity, n_kv, hd]
-  const auto* Vv = static_cast<const int8_t*>(kv.v);  // [capacity, n_kv, hd]
-  std::vector<float> scores;                          // [group, n]
-
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t lo = k_lo[t], hi = q_pos[t], n = hi - lo + 1;
-    if (n <= 0) {
-      std::fill(out + t * n_heads * hd, out + (t + 1) * n_heads * hd, 0.f);
-      continue;
-    }
-    assert(lo >= 0 && n <= kv.capacity);
-    scores.resize(size_t(group * n));
-    for (int64_t g = 0; g < n_kv; ++g) {
-      const float* qg = q + (t * n_heads + g * group) * hd;  // [group, hd]
-      float* og = out + (t * n_heads + g * group) * hd;      // [group, hd]
-      for (int64_t p = lo; p <= hi; ++p) {
-        const int64_t r = (p % kv.capacity) * n_kv + g;  // (row, kv head)
-        const int8_t* kr = K + r * hd;                    // [hd]
-        const float ks = kv.k_scale[r] * scale;
-        for (int64_t j = 0; j < group; ++j) {
-          const float* qj = qg + j * hd;
-          float acc = 0.f;
-          for (int64_t i = 0; i < hd; ++i) acc += qj[i] * float(kr[i]);
-          scores[size_t(j * n + (p - lo))] = acc * ks;
-        }
-      }
-      std::vector<float> inv_sum(static_cast<size_t>(group));  // [group]
-      for (int64_t j = 0; j < group; ++j) {
-        float* s = scores.data() + j * n;  // [n]
-        const float m = *std::max_element(s, s + n);
-        float sum = 0.f;
-        for (int64_t i = 0; i < n; ++i) {
-          s[i] = std::exp(s[i] - m);
-          sum += s[i];
-        }
-        inv_sum[size_t(j)] = 1.f / sum;  // sum >= 1: the max term is exp(0)
-      }
-      std::fill(og, og + group * hd, 0.f);
-      for (int64_t p = lo; p <= hi; ++p) {
-        const int64_t r = (p % kv.capacity) * n_kv + g;
-        const int8_t* vr = Vv + r * hd;  // [hd]
-        const float vs = kv.v_scale[r];
-        for (int64_t j = 0; j < group; ++j) {
-          const float wgt = scores[size_t(j * n + (p - lo))] * vs;
-          float* o = og + j * hd;  // [hd]
-          for (int64_t i = 0; i < hd; ++i) o[i] += wgt * float(vr[i]);
-        }
-      }
-      for (int64_t j = 0; j < group; ++j)
-        for (int64_t i = 0; i < hd; ++i) og[j * hd + i] *= inv_sum[size_t(j)];
-    }
-  }
+  assert(kv.dtype == KvDType::I8 && kv.k_scale && kv.v_scale);
+  ref::attention_segments(q, T, n_heads, kv, 0, kv, q_pos, k_lo, out);
 }
 
 }  // namespace ref
