@@ -41,7 +41,7 @@ void attention_segments(const float* q, int64_t T, int64_t n_heads, const ops::K
 
 // Causal attention over an INT8 slot (kv.dtype == I8, ops/kv_quant.h: int8 values with a
 // float scale per (position, kv head), widened and scaled inside the dot products); same
-// contract as ops::attention. (cpu/attention_int8.cc)
+// contract as ops::attention. (cpu/attention.cc: the shared routine with split 0)
 void attention_int8(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,
                     const int64_t* q_pos, const int64_t* k_lo, float* out);
 
