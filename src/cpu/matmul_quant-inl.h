@@ -278,6 +278,22 @@ HWY_INLINE void FastRowPair(const detail::MatmulArgs& a, const float* const* xr,
   StoreTile<2>(acc, mt, 2, a.bias, a.y, a.N, 0, n);
 }
 
+// a_i += x row i [off .. off + lanes) * w for the MR rows of a fused call (rows past mt
+// repeat the last one, see FusedRowsQuant). tail > 0: only `tail` columns are left (the
+// same zero-padded loads as DotTile).
+template <int MR, class DF>
+HWY_INLINE void MulAddRows(DF df, const float* const* xr, int64_t off, hn::Vec<DF> w,
+                           hn::Vec<DF>& a0, hn::Vec<DF>& a1, hn::Vec<DF>& a2, hn::Vec<DF>& a3,
+                           size_t tail = 0) {
+  const auto x = [df, xr, off, tail](int i) HWY_ATTR {
+    return tail ? LoadF32Tail(df, xr[i] + off, tail) : hn::LoadU(df, xr[i] + off);
+  };
+  a0 = hn::MulAdd(x(0), w, a0);
+  if constexpr (MR > 1) a1 = hn::MulAdd(x(1), w, a1);
+  if constexpr (MR > 2) a2 = hn::MulAdd(x(2), w, a2);
+  if constexpr (MR > 3) a3 = hn::MulAdd(x(3), w, a3);
+}
+
 // Fused path: x rows 0 .. T (T = mt <= MR) against weight rows [n0, n1), one row at a time
 // (the sequential stream FusedRows of matmul-inl.h explains).
 //   x rows: [T, K] (int8) or [T, ldx] permuted (int4)
@@ -311,23 +327,14 @@ HWY_NOINLINE void FusedRowsQuant(const detail::MatmulArgs& a, int64_t mt, int64_
           for (int64_t c0 = k0; c0 < k0 + r.G; c0 += 2 * L) {
             V we, wo;
             BlockU4(df, r.q + c0 / 2, s, o, we, wo);
-            a0 = hn::MulAdd(hn::LoadU(df, xr[0] + c0), we, a0);
-            if constexpr (MR > 1) a1 = hn::MulAdd(hn::LoadU(df, xr[1] + c0), we, a1);
-            if constexpr (MR > 2) a2 = hn::MulAdd(hn::LoadU(df, xr[2] + c0), we, a2);
-            if constexpr (MR > 3) a3 = hn::MulAdd(hn::LoadU(df, xr[3] + c0), we, a3);
-            a0 = hn::MulAdd(hn::LoadU(df, xr[0] + c0 + L), wo, a0);
-            if constexpr (MR > 1) a1 = hn::MulAdd(hn::LoadU(df, xr[1] + c0 + L), wo, a1);
-            if constexpr (MR > 2) a2 = hn::MulAdd(hn::LoadU(df, xr[2] + c0 + L), wo, a2);
-            if constexpr (MR > 3) a3 = hn::MulAdd(hn::LoadU(df, xr[3] + c0 + L), wo, a3);
+            MulAddRows<MR>(df, xr, c0, we, a0, a1, a2, a3);
+            MulAddRows<MR>(df, xr, c0 + L, wo, a0, a1, a2, a3);
           }
         } else {
           const int8_t* q = reinterpret_cast<const int8_t*>(r.q);
           for (int64_t k = k0; k < k0 + r.G; k += L) {
             const V w = ChunkI8(df, q + k, s);
-            a0 = hn::MulAdd(hn::LoadU(df, xr[0] + k), w, a0);
-            if constexpr (MR > 1) a1 = hn::MulAdd(hn::LoadU(df, xr[1] + k), w, a1);
-            if constexpr (MR > 2) a2 = hn::MulAdd(hn::LoadU(df, xr[2] + k), w, a2);
-            if constexpr (MR > 3) a3 = hn::MulAdd(hn::LoadU(df, xr[3] + k), w, a3);
+            MulAddRows<MR>(df, xr, k, w, a0, a1, a2, a3);
           }
         }
       }
@@ -335,31 +342,19 @@ HWY_NOINLINE void FusedRowsQuant(const detail::MatmulArgs& a, int64_t mt, int64_
       for (int64_t c0 = 0; c0 < K; c0 += 2 * L) {
         V we, wo;
         DequantU4(df, r, c, c0, we, wo);
-        a0 = hn::MulAdd(hn::LoadU(df, xr[0] + c0), we, a0);
-        if constexpr (MR > 1) a1 = hn::MulAdd(hn::LoadU(df, xr[1] + c0), we, a1);
-        if constexpr (MR > 2) a2 = hn::MulAdd(hn::LoadU(df, xr[2] + c0), we, a2);
-        if constexpr (MR > 3) a3 = hn::MulAdd(hn::LoadU(df, xr[3] + c0), we, a3);
-        a0 = hn::MulAdd(hn::LoadU(df, xr[0] + c0 + L), wo, a0);
-        if constexpr (MR > 1) a1 = hn::MulAdd(hn::LoadU(df, xr[1] + c0 + L), wo, a1);
-        if constexpr (MR > 2) a2 = hn::MulAdd(hn::LoadU(df, xr[2] + c0 + L), wo, a2);
-        if constexpr (MR > 3) a3 = hn::MulAdd(hn::LoadU(df, xr[3] + c0 + L), wo, a3);
+        MulAddRows<MR>(df, xr, c0, we, a0, a1, a2, a3);
+        MulAddRows<MR>(df, xr, c0 + L, wo, a0, a1, a2, a3);
       }
     } else {
       int64_t k = 0;
       for (; k + L <= K; k += L) {
         const V w = DequantI8(df, r, c, k, L);
-        a0 = hn::MulAdd(hn::LoadU(df, xr[0] + k), w, a0);
-        if constexpr (MR > 1) a1 = hn::MulAdd(hn::LoadU(df, xr[1] + k), w, a1);
-        if constexpr (MR > 2) a2 = hn::MulAdd(hn::LoadU(df, xr[2] + k), w, a2);
-        if constexpr (MR > 3) a3 = hn::MulAdd(hn::LoadU(df, xr[3] + k), w, a3);
+        MulAddRows<MR>(df, xr, k, w, a0, a1, a2, a3);
       }
       if (k < K) {  // the same tail loads as DotTile
         const size_t rem = size_t(K - k);
         const V w = DequantI8(df, r, c, k, K - k);
-        a0 = hn::MulAdd(LoadF32Tail(df, xr[0] + k, rem), w, a0);
-        if constexpr (MR > 1) a1 = hn::MulAdd(LoadF32Tail(df, xr[1] + k, rem), w, a1);
-        if constexpr (MR > 2) a2 = hn::MulAdd(LoadF32Tail(df, xr[2] + k, rem), w, a2);
-        if constexpr (MR > 3) a3 = hn::MulAdd(LoadF32Tail(df, xr[3] + k, rem), w, a3);
+        MulAddRows<MR>(df, xr, k, w, a0, a1, a2, a3, rem);
       }
     }
     float acc[4];
