@@ -62,12 +62,14 @@ void attend_store_h(const ModelConfig& c, const LayerWeights& L, int64_t slot, c
     lo = std::min(lo, ws.k_lo[t]);
     hi = std::max(hi, pos[t]);
   }
+  // The rebuilt rows form a float32 slot of capacity n: position p in row p % n (a
+  // bijection on lo .. hi), so h is decoded straight into that order and K/V need no copy.
   const int64_t n = hi - lo + 1, D = c.dim, kw = kv_width(c), qw = q_width(c);
   std::vector<float> h(static_cast<size_t>(n * D));  // [n, D] stored h rows, decoded
   std::vector<int64_t> kpos(static_cast<size_t>(n));  // [n] their positions
-  for (int64_t i = 0; i < n; ++i) {
-    kpos[size_t(i)] = lo + i;
-    kv.read_h(slot, lo + i, h.data() + i * D);
+  for (int64_t p = lo; p <= hi; ++p) {
+    kpos[size_t(p % n)] = p;
+    kv.read_h(slot, p, h.data() + (p % n) * D);
   }
   std::vector<float> k(static_cast<size_t>(n * kw)), v(k.size());  // [n, kw] rebuilt K, V
   if (c.qkv_fused) {
@@ -82,17 +84,10 @@ void attend_store_h(const ModelConfig& c, const LayerWeights& L, int64_t slot, c
     linear(L.wv, h.data(), n, v.data());
   }
   rope_rows(c, k.data(), n, c.n_kv_heads, kpos.data());
-  // A float32 slot of capacity n: position p in row p % n, a bijection on lo .. hi.
-  std::vector<float> ks(k.size()), vs(v.size());  // [n, kw]
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t r = (lo + i) % n;
-    std::memcpy(ks.data() + r * kw, k.data() + i * kw, sizeof(float) * kw);
-    std::memcpy(vs.data() + r * kw, v.data() + i * kw, sizeof(float) * kw);
-  }
   ops::KvView view;
   view.dtype = ops::KvDType::F32;
-  view.k = ks.data();
-  view.v = vs.data();
+  view.k = k.data();
+  view.v = v.data();
   view.capacity = n;
   view.n_kv_heads = c.n_kv_heads;
   view.head_dim = c.head_dim;
