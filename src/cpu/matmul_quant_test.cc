@@ -19,20 +19,11 @@ namespace tinyloop::cpu {
 namespace {
 
 using ops::testing::kU;
+using ops::testing::name_of;
+using ops::testing::QCase;
 using ops::testing::random_floats;
 using ops::testing::store_quant;
 using ops::testing::StoredQuant;
-
-struct QCase {
-  DType dtype;
-  int64_t K, G;
-  DType scale_dtype;
-};
-
-std::string name_of(const QCase& c) {
-  return std::string(dtype_name(c.dtype)) + "_K" + std::to_string(c.K) + "_G" + std::to_string(c.G) +
-         "_" + dtype_name(c.scale_dtype);
-}
 
 // K below, at and around the 4 / 8 / 16 lanes and the int4 blocks (8 / 16 / 32 columns);
 // G = K (per row), G = 32, and G that cut chunks (odd for int8, 6 / 26 for int4).

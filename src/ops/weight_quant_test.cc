@@ -16,19 +16,10 @@ namespace tinyloop::ops {
 namespace {
 
 using testing::kU;
+using testing::name_of;
+using testing::QCase;
 using testing::random_floats;
 using testing::store_quant;
-
-struct QCase {
-  DType dtype;
-  int64_t K, G;
-  DType scale_dtype;
-};
-
-std::string name_of(const QCase& c) {
-  return std::string(dtype_name(c.dtype)) + "_K" + std::to_string(c.K) + "_G" + std::to_string(c.G) +
-         "_" + dtype_name(c.scale_dtype);
-}
 
 // Odd K and G where the format allows (int4 needs both even); G = K (one scale a row) and
 // the GGUF G = 32; F16 and F32 scales.

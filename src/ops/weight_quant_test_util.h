@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ops/dtype.h"
@@ -92,6 +93,18 @@ inline StoredQuant store_quant(const std::vector<float>& src, int64_t N, int64_t
     for (int64_t k = 0; k < K; ++k) s.decoded[size_t(n * K + k)] = row[size_t(k)];
   }
   return s;
+}
+
+// One parameterised case of the quantized matmul tests: weight type, K, group, scale type.
+struct QCase {
+  DType dtype;
+  int64_t K, G;
+  DType scale_dtype;
+};
+
+inline std::string name_of(const QCase& c) {
+  return std::string(dtype_name(c.dtype)) + "_K" + std::to_string(c.K) + "_G" + std::to_string(c.G) +
+         "_" + dtype_name(c.scale_dtype);
 }
 
 }  // namespace tinyloop::ops::testing
