@@ -107,7 +107,8 @@ class LoopedBeamModel : public BeamModel {
         e_.model().forward(&beam.tokens.back(), 1, *beam.tail, model::LogitRows::Last, logits, loops_);
       }
       // Order (DESIGN.md section 4): repetition penalty -> grammar mask -> log-softmax.
-      apply_repetition_penalty(logits.data(), V, seen(beam), req_.sampling.repetition_penalty);
+      if (req_.sampling.repetition_penalty != 1.0f)  // else the seen set is not needed
+        apply_repetition_penalty(logits.data(), V, seen(beam), req_.sampling.repetition_penalty);
       if (!beam.grammar.mask(logits.data()))  // a full match no token can extend: the beam ends
         std::fill(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity());
       log_softmax(logits.data(), V, out.data() + b * V);
