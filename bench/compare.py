@@ -2,12 +2,19 @@
 
     PYTHONPATH=build-cpu:python python3 bench/compare.py                 # bench model, L=8, F16
     python3 bench/compare.py --model my.tinyloop -L 4 -t 1,2 -p 512 -n 128 -r 5
+    python3 bench/compare.py --weight-dtype f16,int8,int4 --quant-activations q8,f32
 
 llama.cpp has no weight sharing across depth, so the looped model is unrolled into a plain
 Llama GGUF: n_pre + L * n_loop + n_post layers, layer i holding a copy of the looped layer
 it applies (the same weights, stored F16), the same embedding, head and norms. The compute
 per token is then the same for both engines; llama.cpp reads L times more distinct weight
 bytes, which is the point of a looped model (its loop weights may stay in cache).
+
+--weight-dtype int8 / int4 compare against llama.cpp's Q8_0 / Q4_0 on the same weights: the F32
+model's matrices are quantized once by gguf-py's reference quantizer, the blocks go into the
+unrolled GGUF as they are and into TinyLoop's int8 / int4 (lossless repack, as `tinyloop
+convert` does). TinyLoop runs them with --quant-activations q8 (llama.cpp's 8-bit activations,
+the same arithmetic) and/or f32 (exact activations).
 
 ppN: tokens/s of one N-token prompt evaluation (fresh context). tgN: tokens/s of N one-token
 evaluations after a one-token prompt (greedy argmax for TinyLoop, which includes its sampler;
@@ -44,12 +51,15 @@ from tinyloop import bench  # noqa: E402
 from tinyloop.format import read_model  # noqa: E402
 
 
-def unrolled_gguf(tinyloop_path: str, loops: int, out_path: str) -> str:
-    """Write the looped model unrolled to `loops` as a llama-architecture F16 GGUF."""
+def unrolled_gguf(tinyloop_path: str, loops: int, out_path: str, quant=None) -> str:
+    """Write the looped model unrolled to `loops` as a llama-architecture GGUF: weight matrices
+    F16, or in `quant` ({name: (GGML type, block bytes [N, K/32 * block size])}, from
+    quantized_pair) for the matrices it lists; norms F32."""
     import gguf
 
     m = read_model(tinyloop_path)
     c, t = m.config, m.tensors
+    quant = quant or {}
     if c["norm_placement"] != "pre" or c["mlp"] != "swiglu" or c["inject"] != "none" \
             or c["qkv_fused"] or c["norm_type"] != "rmsnorm" or c["pos_encoding"] != "rope_half":
         raise ValueError("compare.py unrolls plain Llama-style looped models only (pre-norm RMSNorm, "
@@ -68,7 +78,10 @@ def unrolled_gguf(tinyloop_path: str, loops: int, out_path: str) -> str:
     w.add_rope_dimension_count(int(c["head_dim"]))
     w.add_rope_freq_base(float(c["rope_theta"]))
     w.add_layer_norm_rms_eps(float(c["norm_eps"]))
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    qtypes = {q for q, _ in quant.values()}
+    w.add_file_type({gguf.GGMLQuantizationType.Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0,
+                     gguf.GGMLQuantizationType.Q4_0: gguf.LlamaFileType.MOSTLY_Q4_0}.get(
+                         next(iter(qtypes), None), gguf.LlamaFileType.MOSTLY_F16))
     # A placeholder SentencePiece vocabulary: llama.cpp needs one; ids are all we feed it.
     V = int(c["vocab_size"])
     w.add_tokenizer_model("llama")
@@ -78,22 +91,25 @@ def unrolled_gguf(tinyloop_path: str, loops: int, out_path: str) -> str:
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
 
-    def f16(a):
-        return np.asarray(a, dtype=np.float16)
+    def matrix(name):
+        if name in quant:  # the same quantized blocks TinyLoop's file was repacked from
+            qtype, blocks = quant[name]
+            return dict(tensor=blocks, raw_dtype=qtype)
+        return dict(tensor=np.asarray(t[name], dtype=np.float16))
 
     def f32(a):
         return np.asarray(a, dtype=np.float32)
 
-    w.add_tensor("token_embd.weight", f16(t["embed.weight"]))
+    w.add_tensor("token_embd.weight", **matrix("embed.weight"))
     names = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo": "attn_output",
              "mlp.w_gate": "ffn_gate", "mlp.w_up": "ffn_up", "mlp.w_down": "ffn_down"}
     for i, p in enumerate(order):
         w.add_tensor(f"blk.{i}.attn_norm.weight", f32(t[p + "attn_norm.weight"]))
         w.add_tensor(f"blk.{i}.ffn_norm.weight", f32(t[p + "mlp_norm.weight"]))
         for ours, theirs in names.items():
-            w.add_tensor(f"blk.{i}.{theirs}.weight", f16(t[p + ours + ".weight"]))
+            w.add_tensor(f"blk.{i}.{theirs}.weight", **matrix(p + ours + ".weight"))
     w.add_tensor("output_norm.weight", f32(t["final_norm.weight"]))
-    w.add_tensor("output.weight", f16(t["head.weight" if "head.weight" in t else "embed.weight"]))
+    w.add_tensor("output.weight", **matrix("head.weight" if "head.weight" in t else "embed.weight"))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -119,20 +135,70 @@ def llama_tg(llm, n: int, vocab: int, rep: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+GGML_FOR = {"int8": "Q8_0", "int4": "Q4_0"}  # the llama.cpp type each TinyLoop weight type is compared with
+
+
+def quantized_pair(src_path: str, weight_dtype: str, loops: int, cache_dir: str) -> tuple[str, str]:
+    """The same quantized weights for both engines: every weight matrix of the (float) model at
+    src_path quantized once by gguf-py's reference quantizer (Q8_0 or Q4_0, blocks of 32), then
+    stored as-is in the unrolled GGUF and repacked losslessly into TinyLoop's int8 / int4
+    (python/tinyloop/convert/gguf_repack.py: W = s * q (+ o), the values llama.cpp decodes).
+    Returns (.tinyloop path, .gguf path), cached."""
+    import gguf
+    from tinyloop.convert.gguf_repack import repack
+    from tinyloop.format import write_model
+    from tinyloop.quantize import is_quantizable
+
+    qname = GGML_FOR[weight_dtype]
+    base = os.path.join(cache_dir, os.path.splitext(os.path.basename(src_path))[0] + f"-{qname.lower()}")
+    tl_path, gguf_path = base + ".tinyloop", base + f"-unrolled-L{loops}.gguf"
+    if os.path.exists(tl_path) and os.path.exists(gguf_path):
+        return tl_path, gguf_path
+    print(f"(quantizing {os.path.basename(src_path)} to {qname} for both engines)", file=sys.stderr)
+    qtype = getattr(gguf.GGMLQuantizationType, qname)
+    m = read_model(src_path)
+    tensors, quant = {}, {}
+    for name, a in m.tensors.items():
+        a = np.asarray(a, dtype=np.float32)
+        if a.ndim == 2 and is_quantizable(name) and a.shape[1] % 32 == 0:
+            blocks = gguf.quants.quantize(a, qtype)  # [N, K / 32 * block bytes] uint8
+            quant[name] = (qtype, blocks)
+            tensors.update(repack(name, qtype, blocks, a.shape[0], a.shape[1]))
+        else:
+            tensors[name] = a
+    write_model(tl_path + ".tmp", m.config, tensors)
+    os.replace(tl_path + ".tmp", tl_path)
+    unrolled_gguf(src_path, loops, gguf_path + ".tmp", quant)
+    os.replace(gguf_path + ".tmp", gguf_path)
+    return tl_path, gguf_path
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=None, help=".tinyloop model (default: the f16 benchmark model)")
+    ap.add_argument("--model", default=None, help=".tinyloop model (default: the benchmark model)")
     ap.add_argument("-L", "--loops", type=int, default=None, help="loop depth (default: the model's)")
     ap.add_argument("-t", "--threads", type=bench._ints, default=[2])
     ap.add_argument("-p", "--n-prompt", type=int, default=512)
     ap.add_argument("-n", "--n-gen", type=int, default=128)
     ap.add_argument("-r", "--repetitions", type=int, default=3)
     ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--weight-dtype", type=bench._strs, default=["f16"],
+                    help="comma-separated: f16 (llama.cpp F16), int8 (vs Q8_0), int4 (vs Q4_0); "
+                         "the quantized ones use the same blocks on both sides (default f16)")
+    ap.add_argument("--quant-activations", type=bench._strs, default=["q8"],
+                    help="TinyLoop activation modes for int8 / int4 rows, comma-separated: q8 "
+                         "(llama.cpp's arithmetic), f32 (default q8)")
     ap.add_argument("--torch", action="store_true",
                     help="also run transformers on PyTorch CPU, eager (bench/torch_peer.py)")
     ap.add_argument("--torch-dtype", type=bench._strs, default=["f32"],
                     help="PyTorch weight dtypes, comma-separated: f32, bf16, f16 (default f32)")
     args = ap.parse_args(argv)
+    for wd in args.weight_dtype:
+        if wd not in ("f16", *GGML_FOR):
+            ap.error(f"--weight-dtype {wd!r}: expected f16, int8 or int4")
+    for qa in args.quant_activations:
+        if qa not in ("q8", "f32"):
+            ap.error(f"--quant-activations {qa!r}: expected q8 or f32")
 
     import tinyloop_py as tl
     try:
@@ -143,60 +209,83 @@ def main(argv=None) -> int:
         Llama = None  # --torch alone: TinyLoop against PyTorch
         print("(llama_cpp not installed: llama.cpp rows skipped)", file=sys.stderr)
 
+    cache_dir = args.cache_dir or os.environ.get("TINYLOOP_BENCH_DIR") or os.path.join(
+        __import__("tempfile").gettempdir(), "tinyloop-bench")
     path = args.model or bench.bench_model_path("f16", args.cache_dir)
     loops = args.loops or read_header_loops(path)
-    gguf_path = os.path.splitext(path)[0] + f"-unrolled-L{loops}-f16.gguf"
-    if Llama is not None and not os.path.exists(gguf_path):
-        print(f"(writing {gguf_path})", file=sys.stderr)
-        unrolled_gguf(path, loops, gguf_path + ".tmp")
-        os.replace(gguf_path + ".tmp", gguf_path)
+    # configs: (label, TinyLoop file, Model kwargs, GGUF file); one llama.cpp model per GGUF.
+    configs = []
+    for wd in args.weight_dtype:
+        if wd == "f16":
+            gguf_path = os.path.splitext(path)[0] + f"-unrolled-L{loops}-f16.gguf"
+            if Llama is not None and not os.path.exists(gguf_path):
+                print(f"(writing {gguf_path})", file=sys.stderr)
+                unrolled_gguf(path, loops, gguf_path + ".tmp")
+                os.replace(gguf_path + ".tmp", gguf_path)
+            configs.append(("F16 / F16", path, {}, gguf_path))
+            continue
+        src = args.model or bench.bench_model_path("f32", args.cache_dir)
+        tl_path, gguf_path = quantized_pair(src, wd, loops, cache_dir)
+        for qa in args.quant_activations:
+            configs.append((f"{wd} {qa} / {GGML_FOR[wd]}", tl_path, {"quant_activations": qa}, gguf_path))
 
     n_ctx = args.n_prompt + args.n_gen + 8
-    results = []  # (threads, test, tinyloop samples, llama samples)
+    results = []  # (threads, config label, test, tinyloop samples, llama samples)
     peer = torch_setup(args, tl, path, loops, n_ctx) if args.torch else None
     threads0 = tl.get_num_threads()
-    with tl.Model(path, max_seq_len=n_ctx) as model:
-        vocab = model.config()["vocab_size"]
+    models = [tl.Model(p, max_seq_len=n_ctx, **kw) for _, p, kw, _ in configs]
+    try:
+        vocab = models[0].config()["vocab_size"]
         for th in args.threads:
             tl.set_num_threads(th)
-            llm = None if Llama is None else Llama(
-                gguf_path, n_ctx=n_ctx, n_batch=args.n_prompt, n_ubatch=args.n_prompt,
-                n_threads=th, n_threads_batch=th, verbose=False)
+            llms = {}
+            if Llama is not None:
+                for *_, g in configs:
+                    if g not in llms:
+                        llms[g] = Llama(g, n_ctx=n_ctx, n_batch=args.n_prompt, n_ubatch=args.n_prompt,
+                                        n_threads=th, n_threads_batch=th, verbose=False)
             if peer:
                 peer.set_threads(th)
-            s = {k: [] for k in ("tl_pp", "ll_pp", "tl_tg", "ll_tg")}
+            s = {}
             for rep in range(args.repetitions + 1):  # rep 0: warm-up
-                got = dict(tl_pp=bench.run_pp(model, args.n_prompt, loops, vocab, rep))
-                if llm:
-                    got["ll_pp"] = llama_pp(llm, args.n_prompt, vocab, rep)
+                got = {}
+                for (label, _, _, g), model in zip(configs, models):
+                    got[(label, "tl_pp")] = bench.run_pp(model, args.n_prompt, loops, vocab, rep)
+                    got[(label, "tl_tg")] = bench.run_tg(model, args.n_gen, 0, loops, vocab, rep)
+                for g, llm in llms.items():  # each GGUF once, whatever the TinyLoop modes
+                    got[(g, "ll_pp")] = llama_pp(llm, args.n_prompt, vocab, rep)
+                    got[(g, "ll_tg")] = llama_tg(llm, args.n_gen, vocab, rep)
                 if peer:
                     got.update(peer.pp(args.n_prompt, loops, vocab, rep))
-                got["tl_tg"] = bench.run_tg(model, args.n_gen, 0, loops, vocab, rep)
-                if llm:
-                    got["ll_tg"] = llama_tg(llm, args.n_gen, vocab, rep)
-                if peer:
                     got.update(peer.tg(args.n_gen, loops, vocab, rep))
                 if rep > 0:
                     for k, v in got.items():
                         s.setdefault(k, []).append(v)
-            del llm
+            llms.clear()
             if Llama is not None:
-                results.append((th, f"pp{args.n_prompt}", s["tl_pp"], s["ll_pp"]))
-                results.append((th, f"tg{args.n_gen}", s["tl_tg"], s["ll_tg"]))
+                for label, _, _, g in configs:
+                    results.append((th, label, f"pp{args.n_prompt}", s[(label, "tl_pp")], s[(g, "ll_pp")]))
+                    results.append((th, label, f"tg{args.n_gen}", s[(label, "tl_tg")], s[(g, "ll_tg")]))
             if peer:
-                peer.collect(th, args, s)
+                # The peer's table: its own samples, and the first TinyLoop config as "tl".
+                main = {k[1]: v for k, v in s.items() if isinstance(k, tuple) and k[0] == configs[0][0]}
+                peer.collect(th, args, {k: v for k, v in s.items() if isinstance(k, str)} | main)
+    finally:
+        for m in models:
+            m.close()
     tl.set_num_threads(threads0)
 
     if results:
-        print(f"model: {os.path.basename(path)} at L={loops} (llama.cpp: {os.path.basename(gguf_path)}), "
-              f"F16 weights, {args.repetitions} repetitions, SIMD target {tl.cpu_info()['simd_target']}")
-        print("| threads | test | TinyLoop t/s | llama.cpp t/s | ratio |")
-        print("|---:|---|---:|---:|---:|")
-    for th, test, a, b in results:
+        print(f"model: {os.path.basename(path)} at L={loops}, unrolled for llama.cpp; weights TinyLoop / "
+              f"llama.cpp; {args.repetitions} repetitions, SIMD target {tl.cpu_info()['simd_target']}, "
+              f"load average {os.getloadavg()[0]:.1f}")
+        print("| threads | weights | test | TinyLoop t/s | llama.cpp t/s | ratio |")
+        print("|---:|---|---|---:|---:|---:|")
+    for th, label, test, a, b in results:
         ma, mb = statistics.fmean(a), statistics.fmean(b)
         sa = statistics.stdev(a) if len(a) > 1 else 0.0
         sb = statistics.stdev(b) if len(b) > 1 else 0.0
-        print(f"| {th} | {test} | {ma:.2f} ± {sa:.2f} | {mb:.2f} ± {sb:.2f} | {ma / mb:.2f} |")
+        print(f"| {th} | {label} | {test} | {ma:.2f} ± {sa:.2f} | {mb:.2f} ± {sb:.2f} | {ma / mb:.2f} |")
     if peer:
         peer.report(tl, path, loops, args)
     return 0
