@@ -11,6 +11,9 @@
 // fused into a float accumulator with the broadcast d_w * d_x; one horizontal sum at the
 // end, plus the offset term (scalar, in block order, as the reference).
 // Batch invariance: (t, n) is computed by the same code whatever T, N or the thread.
+//
+// cpu::matmul_q8act (bottom) runs the AVX512-VNNI kernel of matmul_q8act_vnni.cc instead when
+// the CPU has it, unless TINYLOOP_DISABLE_VNNI is set (read once; for tests and A/B benchmarks).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/matmul_q8act.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -144,10 +147,13 @@ void Q8ActRange(const detail::Q8ActArgs& a, int64_t n0, int64_t n1) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "cpu/kernels.h"
+#include "cpu/matmul_q8act_vnni.h"
 #include "cpu/thread_pool.h"
 #include "ops/weight_quant_inl.h"
 
@@ -160,7 +166,8 @@ constexpr int64_t kMinParallelMacs = 1 << 15;  // below: one task
 }  // namespace
 
 // x [T, K], w [N, K], bias [N] or null, y [T, N].
-void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
+void detail::matmul_q8act_hwy(const float* x, int64_t T, const ops::WeightView& w, const float* bias,
+                              float* y) {
   if (!ops::q8act_applies(w))
     throw std::invalid_argument("q8 activations: need an int8/int4 weight with a group that is a "
                                 "multiple of 32, got group " + std::to_string(w.group));
@@ -190,6 +197,16 @@ void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const flo
   const int64_t n_tasks = T * N * K < kMinParallelMacs ? 1 : (N + kRowsPerTask - 1) / kRowsPerTask;
   if (n_tasks == 1) return fn(a, 0, N);
   parallel_for(n_tasks, [&](int64_t i) { fn(a, i * kRowsPerTask, std::min(N, (i + 1) * kRowsPerTask)); });
+}
+
+void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
+  static const bool vnni = [] {
+    const char* env = std::getenv("TINYLOOP_DISABLE_VNNI");
+    const bool disabled = env && *env && std::strcmp(env, "0") != 0;
+    return !disabled && detail::vnni_supported();
+  }();
+  if (vnni) return detail::matmul_q8act_vnni(x, T, w, bias, y);
+  detail::matmul_q8act_hwy(x, T, w, bias, y);
 }
 
 }  // namespace tinyloop::cpu

@@ -1,0 +1,310 @@
+// AVX512-VNNI q8-activation matmul for int8 / int4 weights (ops/matmul_q8act.h has the math;
+// the fast version of ops::ref::matmul_q8act on CPUs with vpdpbusd). Highway 1.0.3 has no
+// int8 dot-product op and no AVX3_DL target, so this file uses x86 intrinsics inside
+// functions compiled for AVX512 F/BW/VL/DQ + VNNI by target attribute (no -march flag), run
+// only when __builtin_cpu_supports says the CPU and OS have them (vnni_supported()).
+//
+// vpdpbusd multiplies 4 adjacent u8 x s8 byte pairs and adds them to one int32 lane: 64
+// products an instruction, exactly (no saturation: |sum| <= 4 * 255 * 128).
+//  - int4: the weight nibbles are the u8 operand. One 64-byte load of a weight row is 128
+//    columns = 4 blocks of 32; the low nibbles (even columns) and the high ones (odd columns)
+//    go into two vpdpbusd against x stored in the same order (xlo, xhi, below), so int32 lane
+//    l sums 8 products of block l / 4.
+//  - int8: the weight is signed, so its bytes are flipped to u8 = w + 128 (xor 0x80, exact
+//    for every value -128..127) and the accumulator starts at -128 * (the 4 x bytes of the
+//    lane), precomputed once per x row: sum (w + 128) x - 128 sum x = sum w x, exactly. One
+//    64-byte load is 64 columns = 2 blocks, lane l sums 4 products of block l / 8.
+// The int32 lanes of a vector are converted to float and FMAd with the lane's d_w * d_x
+// (d_w expanded from its block by a permute, d_x pre-expanded per x row), so each vector
+// applies the scales of 2 / 4 blocks at once; one horizontal sum per output at the end, then
+// the offset term sum_b o_w s_x (int4) as a 16-block dot product, then the bias.
+//
+// Register tile: MR <= 4 x rows against NR <= 4 weight rows; each weight vector is loaded
+// and decoded once for the MR rows, each x vector once for the NR rows. Batch invariance:
+// output (t, n) has its own accumulator and goes through the same instructions in the same
+// order (vectors j = 0, 1, ..., then the same reductions) in every tile shape, so its bits
+// depend only on x row t, weight row n and K - never on T, N, the tile or the thread.
+#include "cpu/matmul_q8act_vnni.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cpu/thread_pool.h"
+#include "ops/matmul_q8act.h"
+#include "ops/weight_quant_inl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TINYLOOP_HAVE_VNNI_KERNEL 1
+#include <immintrin.h>
+#define TL_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+// GCC 12's AVX-512 headers start some intrinsics from `__m512 __Y = __Y;` (an undefined
+// pass-through) and then warn about it where they are inlined (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace tinyloop::cpu::detail {
+
+#ifndef TINYLOOP_HAVE_VNNI_KERNEL
+
+bool vnni_supported() { return false; }
+void matmul_q8act_vnni(const float*, int64_t, const ops::WeightView&, const float*, float*) {
+  throw std::runtime_error("q8 activations: the VNNI kernel is not compiled on this platform");
+}
+
+#else
+
+bool vnni_supported() {
+  // libgcc's cpu model also checks that the OS saves the AVX-512 state (XCR0).
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                         __builtin_cpu_supports("avx512vnni");
+  return ok;
+}
+
+namespace {
+
+constexpr int64_t kVecBytes = 64;     // one zmm
+constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task (as matmul.cc)
+constexpr int64_t kMinParallelMacs = 1 << 15;  // below: one task
+constexpr int64_t kTChunk = 64;       // x rows per pass over a task's weight rows (L2-sized)
+constexpr int kMaxMR = 4, kMaxNR = 4;
+
+// Everything the tiles read. Shapes: nv = vectors per row (int8: ceil(K / 64), int4:
+// ceil(K / 128)), nb = K / 32 blocks, nbp = nb rounded up to 16.
+struct Ctx {
+  bool int4;
+  int64_t T, N, K, nv, nb, nbp;
+  __mmask64 tail;         // valid weight bytes of the last vector of a row
+  const int8_t* xq;       // [T, nv * 64] int8 / [T, nv * 128] int4 (xlo | xhi per vector)
+  const int32_t* corr;    // [T, nv * 16] int8: -128 * sum of the lane's 4 x bytes
+  const float* dxe;       // [T, nv * 16] d_x of each lane's block (0 past K)
+  const float* sx;        // [T, nbp] int4: Q8_1 block sums (0 past nb)
+  const uint8_t* w;       // int8 [N, K] / int4 [N, K / 2]
+  int64_t w_row_bytes;
+  const float* bias;      // [N] or null
+  float* y;               // [T, N]
+};
+
+// A task's weight rows decoded for the tiles: per row r, dwb [nbw] the d_w of each block
+// (0 past nb; nbw = nv * blocks-per-vector + 16 so a 16-float load at any vector's first
+// block stays inside) and owb [nbp] the int4 offsets of each block (0 past nb).
+struct Panel {
+  const float* dwb;
+  const float* owb;
+  int64_t nbw;
+};
+
+// Params [ng] of one weight row (F16 / F32) expanded to blocks: out [nout], block b gets
+// param b / bpg, 0 from nb on.
+TL_VNNI void block_params(const void* p, bool f16, int64_t ng, int64_t bpg, int64_t nb, float* out,
+                          int64_t nout) {
+  if (bpg == 1 && f16) {
+    const uint16_t* h = static_cast<const uint16_t*>(p);  // [ng]
+    int64_t g = 0;
+    for (; g + 16 <= ng; g += 16)
+      _mm512_storeu_ps(out + g, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + g))));
+    for (; g < ng; ++g) out[g] = ops::detail::half_to_float(h[g]);
+  } else if (bpg == 1) {
+    std::memcpy(out, p, size_t(ng) * sizeof(float));
+  } else {
+    for (int64_t b = 0; b < nb; ++b) out[b] = ops::detail::quant_param(p, f16 ? DType::F16 : DType::F32, b / bpg);
+  }
+  std::fill(out + nb, out + nout, 0.f);
+}
+
+// y[t0 .. t0 + MR, n0 .. n0 + NR]. wr [NR] weight rows, dwb / owb [NR] their Panel rows.
+template <int MR, int NR, bool INT4>
+TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t n0, const Panel& pn, int64_t r0) {
+  constexpr int64_t kBpv = INT4 ? 4 : 2;                 // blocks per vector
+  constexpr int64_t kXBytes = INT4 ? 2 * kVecBytes : kVecBytes;  // x bytes per vector
+  // Lane l of a vpdpbusd result belongs to block l / (16 / kBpv) of the vector.
+  const __m512i blk_of_lane = INT4 ? _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0)
+                                   : _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i low4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8(char(0x80));
+  const int64_t xrow = c.nv * kXBytes, lrow = c.nv * 16;
+  const uint8_t* wr[NR];  // [w_row_bytes] each
+  const float* dwb[NR];   // [nbw] each
+  for (int r = 0; r < NR; ++r) {
+    wr[r] = c.w + (n0 + r) * c.w_row_bytes;
+    dwb[r] = pn.dwb + (r0 + r) * pn.nbw;
+  }
+  __m512 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < c.nv; ++j) {
+    const __mmask64 m = j + 1 < c.nv ? ~__mmask64(0) : c.tail;
+    __m512i wa[NR], wb[NR];  // int4: low / high nibbles; int8: w + 128 (wb unused)
+    __m512 dwe[NR];          // d_w of each lane's block
+    for (int r = 0; r < NR; ++r) {
+      const __m512i raw = _mm512_maskz_loadu_epi8(m, wr[r] + j * kVecBytes);
+      if constexpr (INT4) {
+        wa[r] = _mm512_and_si512(raw, low4);
+        wb[r] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+      } else {
+        wa[r] = _mm512_xor_si512(raw, flip);
+        wb[r] = wa[r];
+      }
+      dwe[r] = _mm512_permutexvar_ps(blk_of_lane, _mm512_loadu_ps(dwb[r] + j * kBpv));
+    }
+    for (int i = 0; i < MR; ++i) {
+      const int8_t* xp = c.xq + (t0 + i) * xrow + j * kXBytes;
+      const __m512i xa = _mm512_loadu_si512(xp);
+      const __m512i xb = INT4 ? _mm512_loadu_si512(xp + kVecBytes) : xa;
+      const __m512i init = INT4 ? _mm512_setzero_si512() : _mm512_loadu_si512(c.corr + (t0 + i) * lrow + j * 16);
+      const __m512 dxe = _mm512_loadu_ps(c.dxe + (t0 + i) * lrow + j * 16);
+      for (int r = 0; r < NR; ++r) {
+        __m512i p = _mm512_dpbusd_epi32(init, wa[r], xa);
+        if constexpr (INT4) p = _mm512_dpbusd_epi32(p, wb[r], xb);
+        acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dwe[r], dxe), acc[i][r]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    const int64_t t = t0 + i;
+    for (int r = 0; r < NR; ++r) {
+      const int64_t n = n0 + r;
+      float v = _mm512_reduce_add_ps(acc[i][r]);
+      if constexpr (INT4) {
+        const float* ow = pn.owb + (r0 + r) * c.nbp;  // [nbp]
+        const float* sx = c.sx + t * c.nbp;            // [nbp]
+        __m512 off = _mm512_setzero_ps();
+        for (int64_t b = 0; b < c.nbp; b += 16)
+          off = _mm512_fmadd_ps(_mm512_loadu_ps(ow + b), _mm512_loadu_ps(sx + b), off);
+        v = v + _mm512_reduce_add_ps(off);
+      }
+      if (c.bias) v = v + c.bias[n];
+      c.y[t * c.N + n] = v;
+    }
+  }
+}
+
+using TileFn = void (*)(const Ctx&, int64_t, int64_t, const Panel&, int64_t);
+
+template <bool INT4, int MR, int... NRs>
+constexpr auto tile_row(std::integer_sequence<int, NRs...>) {
+  return std::array<TileFn, sizeof...(NRs)>{&tile<MR, NRs + 1, INT4>...};
+}
+
+template <bool INT4>
+TileFn pick(int mr, int nr) {
+  using Seq = std::make_integer_sequence<int, kMaxNR>;
+  static constexpr std::array<std::array<TileFn, kMaxNR>, kMaxMR> table{
+      tile_row<INT4, 1>(Seq{}), tile_row<INT4, 2>(Seq{}), tile_row<INT4, 3>(Seq{}), tile_row<INT4, 4>(Seq{})};
+  return table[size_t(mr - 1)][size_t(nr - 1)];
+}
+
+// Weight rows [n0, n1): decode their params, then every x row in tiles.
+void range(const Ctx& c, const ops::WeightView& w, int64_t n0, int64_t n1) {
+  const int64_t ng = c.K / w.group, bpg = w.group / ops::kQ8Block;
+  const bool f16 = w.scale_dtype == DType::F16;
+  const int64_t psize = f16 ? 2 : 4;
+  const int64_t nbw = c.nv * (c.int4 ? 4 : 2) + 16;
+  const int64_t rows = n1 - n0;
+  thread_local std::vector<float> dwb, owb;  // [rows, nbw], [rows, nbp]
+  if (dwb.size() < size_t(rows * nbw)) dwb.resize(size_t(rows * nbw));
+  if (c.int4 && owb.size() < size_t(rows * c.nbp)) owb.resize(size_t(rows * c.nbp));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = n0 + r;
+    block_params(static_cast<const char*>(w.scales) + n * ng * psize, f16, ng, bpg, c.nb,
+                 dwb.data() + r * nbw, nbw);
+    if (c.int4)
+      block_params(static_cast<const char*>(w.offsets) + n * ng * psize, f16, ng, bpg, c.nb,
+                   owb.data() + r * c.nbp, c.nbp);
+  }
+  const Panel pn{dwb.data(), c.int4 ? owb.data() : nullptr, nbw};
+  // Decode (T < 4): 4 weight rows per x row; prefill: 4 x rows x 2 weight rows (the int4
+  // tile needs 2 decoded registers a weight vector, so 4 x 4 would spill).
+  const int nr_max = c.T < kMaxMR ? 4 : 2;
+  for (int64_t tc = 0; tc < c.T; tc += kTChunk) {
+    const int64_t te = std::min(c.T, tc + kTChunk);
+    for (int64_t r0 = 0; r0 < rows; r0 += nr_max) {
+      const int nr = int(std::min<int64_t>(nr_max, rows - r0));
+      for (int64_t t = tc; t < te; t += kMaxMR) {
+        const int mr = int(std::min<int64_t>(kMaxMR, te - t));
+        (c.int4 ? pick<true>(mr, nr) : pick<false>(mr, nr))(c, t, n0 + r0, pn, r0);
+      }
+    }
+  }
+}
+
+// x rows quantized (the scalar quantizer of ops/matmul_q8act.h, so the bits of the
+// reference) and laid out for the tiles: xq, corr (int8), dxe, sx (int4) of Ctx.
+// Deliberately NOT compiled for AVX-512 (no TL_VNNI): with FMA available GCC contracts the
+// quantizer's `x * id + 1.5 * 2^23` into one FMA, which rounds x * id differently and moves
+// values like 63.5 to the other integer - the reference's bits must come from plain code.
+void prepare_x(const float* x, Ctx& c, std::vector<int8_t>& xq, std::vector<int32_t>& corr,
+                       std::vector<float>& dxe, std::vector<float>& sx) {
+  const int64_t T = c.T, K = c.K, nb = c.nb, nv = c.nv;
+  const int64_t xrow = nv * (c.int4 ? 2 : 1) * kVecBytes, lrow = nv * 16;
+  const int64_t lanes_per_blk = c.int4 ? 4 : 8;
+  xq.assign(size_t(T * xrow), 0);
+  dxe.assign(size_t(T * lrow), 0.f);
+  if (!c.int4) corr.assign(size_t(T * lrow), 0);
+  if (c.int4) sx.assign(size_t(T * c.nbp), 0.f);
+  thread_local std::vector<int8_t> q;   // [K] one row
+  thread_local std::vector<float> d, s;  // [nb] its scales and sums
+  if (q.size() < size_t(K)) q.resize(size_t(K));
+  if (d.size() < size_t(nb)) d.resize(size_t(nb)), s.resize(size_t(nb));
+  for (int64_t t = 0; t < T; ++t) {
+    ops::detail::quantize_row_q8(x + t * K, K, q.data(), d.data(), s.data());
+    int8_t* out = xq.data() + t * xrow;  // [xrow]
+    if (c.int4) {
+      // Column k of vector j = k / 128: block b = (k % 128) / 32, column i in it -> the byte
+      // of its nibble (i / 2 in the block's 16) in xlo (even i) or xhi (odd i).
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t j = k / 128, b = (k % 128) / 32, i = k % 32;
+        out[j * 128 + (i & 1) * 64 + b * 16 + i / 2] = q[size_t(k)];
+      }
+      std::copy(s.begin(), s.begin() + nb, sx.begin() + t * c.nbp);
+    } else {
+      std::copy(q.begin(), q.begin() + K, out);
+      // -128 * (sum of each lane's 4 bytes): the accumulator start that undoes the weights' +128.
+      int32_t* cr = corr.data() + t * lrow;  // [lrow]
+      for (int64_t l = 0; l < K / 4; ++l)
+        cr[l] = -128 * (int32_t(out[4 * l]) + out[4 * l + 1] + out[4 * l + 2] + out[4 * l + 3]);
+    }
+    float* de = dxe.data() + t * lrow;  // [lrow]
+    for (int64_t l = 0; l < lrow; ++l) {
+      const int64_t b = l / lanes_per_blk;  // = j * blocks-per-vector + lane-in-vector / lanes_per_blk
+      de[l] = b < nb ? d[size_t(b)] : 0.f;
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_q8act_vnni(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
+  if (!ops::q8act_applies(w))
+    throw std::invalid_argument("q8 activations: need an int8/int4 weight with a group that is a "
+                                "multiple of 32, got group " + std::to_string(w.group));
+  ops::detail::check_quant_view(w);
+  if (!vnni_supported()) throw std::runtime_error("q8 activations: this CPU has no AVX512-VNNI");
+  const int64_t N = w.rows, K = w.cols;
+  if (T <= 0 || N <= 0) return;
+  Ctx c{};
+  c.int4 = w.dtype == DType::U4;
+  c.T = T, c.N = N, c.K = K, c.nb = K / ops::kQ8Block, c.nbp = (c.nb + 15) / 16 * 16;
+  c.w_row_bytes = c.int4 ? K / 2 : K;
+  c.nv = (c.w_row_bytes + kVecBytes - 1) / kVecBytes;
+  const int64_t tail_bytes = c.w_row_bytes - (c.nv - 1) * kVecBytes;  // 1 .. 64
+  c.tail = tail_bytes == 64 ? ~__mmask64(0) : (__mmask64(1) << tail_bytes) - 1;
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<int32_t> corr;
+  thread_local std::vector<float> dxe, sx;
+  prepare_x(x, c, xq, corr, dxe, sx);
+  c.xq = xq.data(), c.corr = corr.data(), c.dxe = dxe.data(), c.sx = sx.data();
+  c.w = static_cast<const uint8_t*>(w.data), c.bias = bias, c.y = y;
+  const int64_t n_tasks = T * N * K < kMinParallelMacs ? 1 : (N + kRowsPerTask - 1) / kRowsPerTask;
+  if (n_tasks == 1) return range(c, w, 0, N);
+  parallel_for(n_tasks, [&](int64_t i) { range(c, w, i * kRowsPerTask, std::min(N, (i + 1) * kRowsPerTask)); });
+}
+
+#endif  // TINYLOOP_HAVE_VNNI_KERNEL
+
+}  // namespace tinyloop::cpu::detail
