@@ -30,6 +30,10 @@ in that row flip far more often. Over SmolLM2's 30 layers every row flips early,
 two engines' 8-bit noises decorrelate and top-1 agreement stays where independent noises
 put it (~95 %), with either of our modes. Only bit-identical float arithmetic everywhere
 (ggml's RMSNorm, SiLU approximation, softmax and summation orders) would remove that.
+llama.cpp itself shows the same against itself: changing only its batch size (97.7 %) or
+its K/V cache type (94.9 %, 0 of 5 greedy continuations identical) on the same Q4_1 file.
+test_agreement_with_llama_cpp_at_least_its_agreement_with_itself measures that and asserts
+that TinyLoop agrees with llama.cpp at least as well as llama.cpp's default does.
 
 K/V in float32 on both sides (llama.cpp: type_k = type_v = F32, flash attention off; ours:
 score() keeps float32 K/V, generation runs with kv_mode="fp32"). llama.cpp's default F16 cache
@@ -105,10 +109,10 @@ FILES = ["q4_1", "dequantized_f32"]
 MODE_FOR = {"q4_1": "q8", "dequantized_f32": "f32"}
 
 
-def _llama(path, f32_kv=True):
+def _llama(path, f32_kv=True, n_batch=512):
     kv = dict(type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32, flash_attn=False) if f32_kv else {}
     return llama_cpp.Llama(path, n_ctx=N_CTX, n_threads=2, logits_all=True, verbose=False,
-                           n_batch=512, seed=0, **kv)
+                           n_batch=n_batch, n_ubatch=n_batch, seed=0, **kv)
 
 
 _XFAIL_Q4 = pytest.mark.xfail(
@@ -164,16 +168,24 @@ def _llama_greedy(llm, ids, n) -> list[int]:
     return out
 
 
+def _windows(tok) -> list[list[int]]:
+    """The 512 positions: two 256-token windows of held-out prose, each from a paragraph start."""
+    out = []
+    for name, start in (("austen.txt", 0.3), ("mobydick.txt", 0.6)):
+        text = _corpus(name)
+        i = text.index("\n\n", int(len(text) * start)) + 2
+        ids = tok.encode(text[i:i + 4000]).ids[:256]
+        assert len(ids) == 256
+        out.append(ids)
+    return out
+
+
 def test_next_token_top1_agreement_over_512_positions(llama, models):
     ms, tok = models
     stats = {mode: [0, 0, 0.0] for mode in ms}  # agree, total, largest |diff|
     f16 = {mode: [0, 0, 0.0] for mode in ms}  # the same against llama.cpp's default F16 cache
     llm16 = _llama(llama.path, f32_kv=False)
-    for name, start in (("austen.txt", 0.3), ("mobydick.txt", 0.6)):
-        text = _corpus(name)
-        i = text.index("\n\n", int(len(text) * start)) + 2  # start at a paragraph
-        ids = tok.encode(text[i:i + 4000]).ids[:256]
-        assert len(ids) == 256
+    for ids in _windows(tok):
         ref = _llama_logits(llama, ids)  # [256, V]
         ref16 = _llama_logits(llm16, ids)  # [256, V]
         for mode, model in ms.items():
@@ -204,6 +216,74 @@ def test_greedy_64_tokens_identical(llama, ours, prompt):
     print(f"\n[{llama.file_kind}, {MODE_FOR[llama.file_kind]}] {prompt!r}: {same}/64 tokens before the first difference; "
           f"ours {tok.decode(got)!r}")
     assert got == want, f"first difference at token {same}"
+
+
+# llama.cpp against itself on the Q4_1 file, each run changing one setting that does not
+# change the model: the prompt evaluated one token at a time instead of in one 512-token batch
+# (other matmul kernels and summation orders), and its default F16 K/V cache instead of F32.
+SELF_RUNS = {"n_batch=1": dict(n_batch=1), "F16 K/V (default)": dict(f32_kv=False)}
+
+
+@pytest.fixture(scope="module")
+def llama_self_agreement(models):
+    """llama.cpp (Q4_1 file, F32 K/V, n_batch 512: the reference run) against the SELF_RUNS
+    variants of itself: {run: (top-1 agreement over the 512 positions, largest |diff|,
+    greedy first-difference positions for PROMPTS)}, plus the reference logits and greedy."""
+    _, tok = models
+    path = require_gguf()
+    windows = _windows(tok)
+    prompts = [tok.encode(p).ids for p in PROMPTS]
+
+    def run(**kw):
+        llm = _llama(path, **kw)
+        logits = [_llama_logits(llm, ids) for ids in windows]  # 2 x [256, V]
+        greedy = [_llama_greedy(llm, ids, 64) for ids in prompts]
+        llm.close()
+        return logits, greedy
+
+    ref_logits, ref_greedy = run()
+    out = {}
+    for name, kw in SELF_RUNS.items():
+        logits, greedy = run(**kw)
+        out[name] = _compare(ref_logits, ref_greedy, logits, greedy)
+    return out, ref_logits, ref_greedy, windows, prompts
+
+
+def _first_difference(a, b) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def _compare(ref_logits, ref_greedy, logits, greedy):
+    agree = sum(int((r.argmax(-1) == g.argmax(-1)).sum()) for r, g in zip(ref_logits, logits))
+    diff = max(float(np.abs(r - g).max()) for r, g in zip(ref_logits, logits))
+    return agree / 512, diff, [_first_difference(r, g) for r, g in zip(ref_greedy, greedy)]
+
+
+def test_agreement_with_llama_cpp_at_least_its_agreement_with_itself(llama_self_agreement, models):
+    """What the >= 99 % criterion measures on a Q4_1 file: llama.cpp does not reach it against
+    itself. Changing only its batch size or its K/V cache type moves top-1 on the same 512
+    positions to ~95-98 % and changes greedy continuations within a few dozen tokens, because
+    8-bit activation roundings flip on last-bit float differences (module docstring). So the
+    assertion for the quantized file is relative: TinyLoop (quant_activations="q8", llama.cpp's
+    arithmetic) agrees with llama.cpp's reference run at least as well as llama.cpp's own
+    default configuration (F16 K/V) does, top-1 and greedy length."""
+    self_runs, ref_logits, ref_greedy, windows, prompts = llama_self_agreement
+    ms, _ = models
+    ours = {}
+    for mode, m in ms.items():
+        logits = [m.score(np.asarray(ids, dtype=np.int32)) for ids in windows]
+        greedy = [list(m.generate(np.asarray(ids, dtype=np.int32), max_tokens=64, temperature=0.0,
+                                  repetition_penalty=1.0, stop_at_eos=False)[len(ids):])
+                  for ids in prompts]
+        ours[f"TinyLoop {mode}"] = _compare(ref_logits, ref_greedy, logits, greedy)
+    print("\nagainst llama.cpp on the Q4_1 file (F32 K/V, n_batch 512):")
+    for name, (top1, diff, fd) in {**{f"llama.cpp {k}": v for k, v in self_runs.items()}, **ours}.items():
+        print(f"  {name:26s} top-1 {top1:.2%}, largest |diff| {diff:.3f}, greedy identical "
+              f"{sum(f == 64 for f in fd)}/5, first differences {fd}")
+    default_top1, _, default_fd = self_runs["F16 K/V (default)"]
+    top1, _, fd = ours["TinyLoop q8"]
+    assert top1 >= default_top1 - 0.005  # one position of slack in 512 (plus rounding)
+    assert sum(fd) >= sum(default_fd) - 8
 
 
 def _tokenizer_texts() -> list[str]:
