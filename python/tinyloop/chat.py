@@ -97,6 +97,7 @@ def run(model, tokenizer, template: str | None, args, stdin=None, stdout=None) -
 
 def _loop(model, tokenizer, conv, stops, args, stdin, stdout) -> None:
     import numpy as np
+    from .cli import decode_kwargs
     from .text import TextStreamer
 
     turn = 0
@@ -117,10 +118,7 @@ def _loop(model, tokenizer, conv, stops, args, stdin, stdout) -> None:
         streamer = TextStreamer(tokenizer, stdout, prompt_ids=ids)
         seed = None if args.seed is None else args.seed + turn
         turn += 1
-        r = model.generate_stream(prompt, streamer, max_tokens=args.max_tokens, loops=args.loops,
-                                  temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                  repetition_penalty=args.repetition_penalty, seed=seed,
-                                  stop_sequences=stops)
+        r = model.generate_stream(prompt, streamer, seed=seed, stop_sequences=stops, **decode_kwargs(args))
         new = r["tokens"][len(ids):]
         conv.add_reply(tokenizer.decode(new))  # special tokens (end of turn) skipped
         stdout.write("\n")

@@ -53,7 +53,8 @@ def _sampling_args(p: argparse.ArgumentParser) -> None:
 
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
-    """Model and search options of `generate` (docs/kv-cache.md, docs/beam-search.md)."""
+    """Model and search options of `generate`, `talk` and `chat` (docs/kv-cache.md,
+    docs/beam-search.md)."""
     p.add_argument("--kv-mode", default=None,
                    choices=["fp16", "fp32", "int8", "h_fp16", "h_int8", "h_int4"],
                    help="KV cache storage (default fp16, or the TINYLOOP_KV_* variables)")
@@ -64,6 +65,21 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam-size", type=int, default=0,
                    help="beam search with this many beams (>= 2; sampling flags are then ignored)")
     p.add_argument("--length-penalty", type=float, default=1.0, help="beam search length penalty")
+
+
+def model_kwargs(args) -> dict:
+    """Model(...) options of _engine_args (absent attributes: the engine's defaults)."""
+    return dict(max_seq_len=getattr(args, "max_seq_len", None), kv_mode=getattr(args, "kv_mode", None),
+                quant_activations=getattr(args, "quant_activations", None))
+
+
+def decode_kwargs(args) -> dict:
+    """generate / generate_stream options shared by generate, talk and chat: sampling
+    (_sampling_args) and search / KV (_engine_args). Absent attributes are left out, so the
+    engine's defaults apply."""
+    names = ("max_tokens", "loops", "temperature", "top_k", "top_p", "repetition_penalty",
+             "cache_window", "kv_loop_slots", "beam_size", "length_penalty")
+    return {n: getattr(args, n) for n in names if hasattr(args, n)}
 
 
 def _generate_inputs(args) -> tuple[str | None, str]:
@@ -87,8 +103,7 @@ def cmd_generate(args) -> int:
         print("tinyloop generate: no model given and no bundled model found "
               "(pass --model PATH or set TINYLOOP_MODEL)", file=sys.stderr)
         return 2
-    with tl.Model(path, max_seq_len=args.max_seq_len, kv_mode=args.kv_mode,
-                  quant_activations=args.quant_activations) as model:
+    with tl.Model(path, **model_kwargs(args)) as model:
         tokenizer = None if args.ids else load_tokenizer(model)
         if tokenizer is None:
             if not args.ids and model.tokenizer_json() == "":
@@ -99,12 +114,7 @@ def cmd_generate(args) -> int:
             prompt = np.array(tokenizer.encode(args.prompt).ids, dtype=np.int32)
             sys.stdout.write(tokenizer.decode(prompt.tolist()))
             on_token = TextStreamer(tokenizer, prompt_ids=prompt)
-        r = model.generate_stream(
-            prompt, on_token, max_tokens=args.max_tokens, loops=args.loops,
-            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-            repetition_penalty=args.repetition_penalty, seed=args.seed,
-            cache_window=args.cache_window, kv_loop_slots=args.kv_loop_slots,
-            beam_size=args.beam_size, length_penalty=args.length_penalty)
+        r = model.generate_stream(prompt, on_token, seed=args.seed, **decode_kwargs(args))
         print()
         n = r["tokens_emitted"]
         per_tok = r["decode_steady_ms"] / max(1, n - 1)
@@ -121,7 +131,7 @@ def _open_default(args):
     if path is None:
         raise FileNotFoundError("no model given and no bundled model found "
                                 "(pass --model PATH or set TINYLOOP_MODEL)")
-    return tl.Model(path, max_seq_len=args.max_seq_len)
+    return tl.Model(path, **model_kwargs(args))
 
 
 def cmd_talk(args) -> int:
@@ -228,12 +238,14 @@ def main(argv=None) -> int:
     t = sub.add_parser("talk", help="type the start of a text, get a continuation (empty line quits)")
     t.add_argument("--model", default=None, help="a .tinyloop file (default: the bundled model)")
     _sampling_args(t)
+    _engine_args(t)
     t.set_defaults(func=cmd_talk)
 
     c = sub.add_parser("chat", help="a conversation through the model's chat template (empty line quits)")
     c.add_argument("model", nargs="?", default=None, help="a .tinyloop file (default: the bundled model)")
     c.add_argument("--system", default=None, help="a system message (templates that take one)")
     _sampling_args(c)
+    _engine_args(c)
     c.set_defaults(func=cmd_chat, max_tokens=256)
 
     p = sub.add_parser("perplexity", help="perplexity of text files at one or more loop depths")

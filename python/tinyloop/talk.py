@@ -11,6 +11,7 @@ import sys
 
 def run(model, tokenizer, args, stdin=None, stdout=None) -> int:
     import numpy as np
+    from .cli import decode_kwargs
     from .text import TextStreamer
 
     stdin = stdin or sys.stdin
@@ -28,8 +29,6 @@ def run(model, tokenizer, args, stdin=None, stdout=None) -> int:
             continue
         seed = None if args.seed is None else args.seed + n
         n += 1
-        model.generate_stream(prompt, TextStreamer(tokenizer, stdout, prompt_ids=prompt), max_tokens=args.max_tokens,
-                              loops=args.loops, temperature=args.temperature, top_k=args.top_k,
-                              top_p=args.top_p, repetition_penalty=args.repetition_penalty,
-                              seed=seed)
+        model.generate_stream(prompt, TextStreamer(tokenizer, stdout, prompt_ids=prompt), seed=seed,
+                              **decode_kwargs(args))
         stdout.write("\n")

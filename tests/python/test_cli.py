@@ -136,3 +136,27 @@ def test_inspect_and_random_model(tmp_path, capsys):
     assert cli.main(["inspect", out]) == 0
     text = capsys.readouterr().out
     assert "default_loops: 3" in text and "BF16" in text and "loop_norm.weight" in text
+
+
+@pytest.mark.parametrize("cmd", ["talk", "chat"])
+def test_talk_and_chat_take_the_engine_flags(text_model, cmd, monkeypatch, capsys):
+    """talk / chat pass --kv-mode / --quant-activations to the Model and --beam-size /
+    --kv-loop-slots / --cache-window to every reply, as generate does: greedy beam 2 over an
+    fp32 cache prints what Model.generate(beam_size=2) gives."""
+    from tinyloop.text import load_tokenizer
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("w3 w4\n\n"))
+    model_arg = ["--model", text_model] if cmd == "talk" else [text_model]
+    assert cli.main([cmd, *model_arg, "--kv-mode", "fp32", "--beam-size", "2", "--max-tokens", "5",
+                     "--loops", "2", "--temperature", "0", "--repetition-penalty", "1.0"]) == 0
+    out = capsys.readouterr().out
+    with tl.Model(text_model, kv_mode="fp32") as model:
+        tok = load_tokenizer(model)
+        ids = tok.encode("w3 w4").ids
+        want = model.generate(ids, max_tokens=5, loops=2, beam_size=2, temperature=0.0,
+                              repetition_penalty=1.0)
+        greedy = model.generate(ids, max_tokens=5, loops=2, temperature=0.0, repetition_penalty=1.0)
+    assert tok.decode(want[len(ids):]).strip() in out
+    assert tok.decode(greedy[len(ids):]).strip() not in out  # beam 2 differs here: the flag took effect
+    with pytest.raises(SystemExit):  # argparse names the bad choice
+        cli.main([cmd, *model_arg, "--kv-mode", "int3"])
