@@ -8,15 +8,21 @@
 // window split across two slots gets exactly the arithmetic of the same window in one slot
 // (bit-identical, which the prefix cache needs).
 //
-// A task is one (query row t, kv head g) pair: the query heads of g's group attend to the
-// keys k_lo[t] .. q_pos[t]. Per query head the arithmetic is fixed by its own window:
-//   score[p] = SumOfLanes(sum over head_dim chunks of MulAdd(q, widen(K[p]))) * scale
-//   w[p] = Exp(score[p] - max) (vector exp, ~1 ulp), sum = lane-wise sum then SumOfLanes
+// A task is a tile of up to kTileRows query rows and one kv head g: the (row, query head)
+// items of the tile (every head of g's group) attend to their row's keys k_lo[t] .. q_pos[t].
+// The tile walks the union of its rows' windows once for the scores and once for the
+// weighted V, so each K/V row is loaded and widened once for all its items (decode: a tile
+// of one row, the group's heads). Per item the arithmetic is fixed by its own window:
+//   score[p] = TransposedSum4(sum over head_dim chunks of MulAdd(q, widen(K[p]))) * scale
+//     (four keys' lane sums at once, every key through the same add tree)
+//   w[p] = Exp(score[p] - max) (vector exp, ~1 ulp), sum = lane-wise sum over whole vectors
+//     of the window from its first key (-inf padded), then SumOfLanes
 //   out = (sum over p in order of MulAdd(w[p], widen(V[p]))) * (1 / sum)
-// so a row's result does not depend on T or on the other rows (batch invariance), nor on
-// where the window is split between slots, and tasks may run on any thread. INT8 rows
-// (int8 -> int32 -> float, exact) are scaled inside those sums, never dequantized into a
-// buffer: score[p] uses k_scale[p] * scale, and V[p]'s weight is w[p] * v_scale[p].
+// so a row's result does not depend on T, on the other rows of its tile (keys outside its
+// window are skipped, not weighted by 0), nor on where the window is split between slots,
+// and tasks may run on any thread. INT8 rows (int8 -> int32 -> float, exact) are scaled
+// inside those sums, never dequantized into a buffer: score[p] uses k_scale[p] * scale, and
+// V[p]'s weight is w[p] * v_scale[p].
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -48,6 +54,9 @@ struct AttnArgs {
   const int64_t* k_lo;   // [T]
   float* out;            // [T, n_heads, head_dim]
 };
+// Query rows per task: a tile of up to this many rows shares each K/V row it loads (a speed
+// choice only: a row's result does not depend on its tile).
+constexpr int64_t kTileRows = 4;
 }  // namespace tinyloop::cpu::detail
 #endif
 
@@ -60,21 +69,22 @@ template <typename KT>
 inline constexpr bool kScaled = std::is_same_v<KT, int8_t>;
 
 // One chunk (Lanes elements starting at c) of a [hd] row, widened to float (int8: via int32,
-// exact); the row's tail chunk is zero-padded without reading past the row.
-template <class DF, typename KT>
+// exact); the row's tail chunk is zero-padded without reading past the row. kFull: the
+// caller knows the chunk is whole (no test).
+template <bool kFull = false, class DF, typename KT>
 HWY_INLINE hn::Vec<DF> LoadChunk(DF df, const KT* HWY_RESTRICT row, int64_t c, int64_t hd) {
   const int64_t L = int64_t(hn::Lanes(df));
   if constexpr (kScaled<KT>) {
     const hn::Rebind<int8_t, DF> d8;
     const hn::Rebind<int32_t, DF> di;
-    if (c + L <= hd) return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, row + c)));
+    if (kFull || c + L <= hd) return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, row + c)));
     constexpr size_t kMax = hn::MaxLanes(DF());
     alignas(64) int8_t pad[kMax];  // [Lanes] the tail chunk, zero-padded through a stack copy
     std::memset(pad, 0, sizeof(pad));
     std::memcpy(pad, row + c, HWY_MIN(size_t(hd - c), kMax));
     return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, pad)));
   } else {
-    return c + L <= hd ? LoadF32(df, row + c) : LoadF32Tail(df, row + c, size_t(hd - c));
+    return kFull || c + L <= hd ? LoadF32(df, row + c) : LoadF32Tail(df, row + c, size_t(hd - c));
   }
 }
 
@@ -88,110 +98,12 @@ struct Seg {
   int64_t cap, lo, n;
 };
 
-// o[c0 .. c0 + NV*L) of one query head = inv * sum_p w[p] * V[p] (the valid part only), p
-// over the window's segments in position order, one set of accumulators throughout.
-//   seg    [n_seg] window parts, each V row r of kv head g at v + (r * n_kv + g) * hd
-//   w      [sum of seg n] softmax numerators in window order (INT8: times the V row scale)
-//   o      [hd] output row
-template <int NV, typename KT>
-HWY_INLINE void WeightedV(const Seg<KT>* seg, int n_seg, int64_t n_kv, int64_t g, int64_t hd,
-                          const float* w, float inv, int64_t c0, float* o) {
-  static_assert(NV >= 1 && NV <= 4, "up to 4 vectors per pass");
-  const hn::ScalableTag<float> df;
-  using V = hn::Vec<decltype(df)>;
-  const int64_t L = int64_t(hn::Lanes(df));
-  // Named accumulators, not an array: GCC 12 keeps an array of vectors in memory.
-  V acc0 = hn::Zero(df), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-  for (int s = 0; s < n_seg; ++s) {
-    const KT* vbase = seg[s].v;
-    const int64_t cap = seg[s].cap, n = seg[s].n;
-    int64_t r = seg[s].lo % cap;  // ring row of position lo + p, advanced without a division
-    for (int64_t p = 0; p < n; ++p) {
-      const KT* vr = vbase + (r * n_kv + g) * hd + c0;  // [hd - c0] from chunk c0 on
-      V wv;
-      if constexpr (kScaled<KT>)
-        wv = hn::Set(df, w[p] * seg[s].vs[r * n_kv + g]);
-      else
-        wv = hn::Set(df, w[p]);
-      acc0 = hn::MulAdd(wv, LoadChunk(df, vr, 0, hd - c0), acc0);
-      if constexpr (NV > 1) acc1 = hn::MulAdd(wv, LoadChunk(df, vr, L, hd - c0), acc1);
-      if constexpr (NV > 2) acc2 = hn::MulAdd(wv, LoadChunk(df, vr, 2 * L, hd - c0), acc2);
-      if constexpr (NV > 3) acc3 = hn::MulAdd(wv, LoadChunk(df, vr, 3 * L, hd - c0), acc3);
-      if (++r == cap) r = 0;
-    }
-    w += n;
-  }
-  const V iv = hn::Set(df, inv);
-  const V res[4] = {hn::Mul(acc0, iv), hn::Mul(acc1, iv), hn::Mul(acc2, iv), hn::Mul(acc3, iv)};
-  for (int v = 0; v < NV; ++v) {
-    const int64_t c = c0 + v * L;
-    if (c + L <= hd)
-      hn::StoreU(res[v], df, o + c);
-    else
-      StoreTail(df, res[v], o + c, size_t(hd - c));
-  }
-}
-
-// sc[j * np + p] = dot(q_j, K[lo + p]) * scale (INT8: * (k_scale[lo + p] * scale)) for every
-// head j of the group, p < n. The dot is acc = MulAdd(q chunk c, K chunk c, acc) over the chunks in order, then SumOfLanes:
-// NC > 0 unrolls rows of exactly NC chunks (K chunks kept in registers across the group's
-// heads), NC == 0 loops; both do the same arithmetic.
-//   kbase  [capacity, n_kv, hd] of KT
-//   kscale [capacity, n_kv] K row scales (INT8 only)
-//   qp     [group, hdp] zero-padded query rows
-template <int NC, typename KT>
-HWY_INLINE void QkScores(const KT* kbase, const float* kscale, int64_t cap, int64_t n_kv,
-                         int64_t g, int64_t hd, int64_t hdp, int64_t lo, int64_t n, const float* qp, int64_t group,
-                         float scale, float* sc, int64_t np) {
-  const hn::ScalableTag<float> df;
-  using V = hn::Vec<decltype(df)>;
-  const int64_t L = int64_t(hn::Lanes(df));
-  int64_t r = lo % cap;
-  for (int64_t p = 0; p < n; ++p) {
-    const KT* kr = kbase + (r * n_kv + g) * hd;  // [hd]
-    float f = scale;  // the score's factor
-    if constexpr (kScaled<KT>) f = kscale[r * n_kv + g] * scale;
-    if constexpr (NC == 0) {
-      for (int64_t j = 0; j < group; ++j) {
-        const float* qj = qp + j * hdp;  // [hdp]
-        V acc = hn::Zero(df);
-        for (int64_t c = 0; c < hd; c += L) acc = hn::MulAdd(hn::LoadU(df, qj + c), LoadChunk(df, kr, c, hd), acc);
-        sc[j * np + p] = ReduceSumF32(df, acc) * f;
-      }
-    } else {
-      const V k0 = LoadChunk(df, kr, 0, hd);
-      const V k1 = NC > 1 ? LoadChunk(df, kr, L, hd) : k0;
-      const V k2 = NC > 2 ? LoadChunk(df, kr, 2 * L, hd) : k0;
-      const V k3 = NC > 3 ? LoadChunk(df, kr, 3 * L, hd) : k0;
-      for (int64_t j = 0; j < group; ++j) {
-        const float* qj = qp + j * hdp;  // [hdp]
-        V acc = hn::MulAdd(hn::LoadU(df, qj), k0, hn::Zero(df));
-        if constexpr (NC > 1) acc = hn::MulAdd(hn::LoadU(df, qj + L), k1, acc);
-        if constexpr (NC > 2) acc = hn::MulAdd(hn::LoadU(df, qj + 2 * L), k2, acc);
-        if constexpr (NC > 3) acc = hn::MulAdd(hn::LoadU(df, qj + 3 * L), k3, acc);
-        sc[j * np + p] = ReduceSumF32(df, acc) * f;
-      }
-    }
-    if (++r == cap) r = 0;
-  }
-}
-
+// Positions lo .. hi split at a.split: [lo, split) from the prefix slot, the rest from the
+// tail slot. Returns the number of parts (0 when lo > hi).
 template <typename KT>
-HWY_NOINLINE void AttendGroupT(const detail::AttnArgs& a, int64_t t, int64_t g) {
-  const hn::ScalableTag<float> df;
-  using V = hn::Vec<decltype(df)>;
-  const int64_t L = int64_t(hn::Lanes(df));
-  const int64_t hd = a.tail.head_dim, n_kv = a.tail.n_kv_heads;
-  const int64_t group = a.n_heads / n_kv;
-  float* og = a.out + (t * a.n_heads + g * group) * hd;  // [group, hd]
-  const int64_t lo = a.k_lo[t], hi = a.q_pos[t], n = hi - lo + 1;
-  if (n <= 0) {
-    std::fill(og, og + group * hd, 0.f);
-    return;
-  }
-  // The window lo .. hi split at a.split: [lo, split) from the prefix slot, the rest from
-  // the tail slot. Each part must fit its slot (no wrapped-away rows).
-  Seg<KT> seg[2];
+HWY_INLINE int SplitRange(const detail::AttnArgs& a, int64_t lo, int64_t hi, Seg<KT>* seg) {
+  const int64_t n = hi - lo + 1;
+  if (n <= 0) return 0;
   int n_seg = 0;
   const int64_t n_pre = std::clamp<int64_t>(a.split - lo, 0, n);
   if (n_pre > 0)
@@ -200,62 +112,342 @@ HWY_NOINLINE void AttendGroupT(const detail::AttnArgs& a, int64_t t, int64_t g) 
   if (n_pre < n)
     seg[n_seg++] = {static_cast<const KT*>(a.tail.k), static_cast<const KT*>(a.tail.v),
                     a.tail.k_scale, a.tail.v_scale, a.tail.capacity, lo + n_pre, n - n_pre};
+  return n_seg;
+}
 
-  const float scale = float(1.0 / std::sqrt(double(hd)));
-  const int64_t hdp = (hd + L - 1) / L * L;  // hd padded to whole vectors
-  const int64_t np = (n + L - 1) / L * L;    // window padded to whole vectors
-  thread_local std::vector<float> qbuf, sbuf;
-  if (qbuf.size() < size_t(group * hdp)) qbuf.resize(size_t(group * hdp));
-  if (sbuf.size() < size_t(group * np)) sbuf.resize(size_t(group * np));
-  float* qp = qbuf.data();  // [group, hdp] query rows, zero-padded
-  float* sc = sbuf.data();  // [group, np] scores, then softmax numerators (pad: -inf, then 0)
+// One (query row, query head) pair of a tile: its window lo .. hi and where its scores and
+// output go.
+struct Item {
+  const float* q;  // [hdp] query row, zero-padded
+  float* s;        // scores / weights indexed by position - ulo (the tile's first key)
+  float* o;        // [hd] output row
+  int64_t lo, hi;  // window
+  float inv;       // 1 / softmax sum
+};
 
-  const float* qg = a.q + (t * a.n_heads + g * group) * hd;  // [group, hd]
-  for (int64_t j = 0; j < group; ++j) {
-    std::copy(qg + j * hd, qg + (j + 1) * hd, qp + j * hdp);
-    std::fill(qp + j * hdp + hd, qp + (j + 1) * hdp, 0.f);
-    std::fill(sc + j * np + n, sc + (j + 1) * np, -std::numeric_limits<float>::infinity());
+#if HWY_TARGET != HWY_SCALAR
+// Lanes [a, b, c, d]: the sums of the four 128-bit-block-local lane sets of a, b, c, d,
+// each as (x0 + x2) + (x1 + x3) per block, then the blocks folded in halves
+// ((B0 + B2) + (B1 + B3) on AVX-512). Every input goes through the same tree whatever its
+// position, so a key's score does not depend on its place in a block of keys.
+template <class D>
+HWY_INLINE hn::Vec<hn::FixedTag<float, 4>> FoldTo128(D d, hn::Vec<D> v) {
+  if constexpr (hn::MaxLanes(D()) > 4) {
+    const hn::Half<D> dh;
+    return FoldTo128(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
+  } else {
+    (void)d;
+    return v;
   }
+}
+template <class DF, class V = hn::Vec<DF>>
+HWY_INLINE hn::Vec<hn::FixedTag<float, 4>> TransposedSum4(DF df, V a, V b, V c, V d) {
+  const hn::Repartition<uint64_t, DF> d64;
+  const V ab = hn::Add(hn::InterleaveLower(df, a, b), hn::InterleaveUpper(df, a, b));
+  const V cd = hn::Add(hn::InterleaveLower(df, c, d), hn::InterleaveUpper(df, c, d));
+  const auto ab64 = hn::BitCast(d64, ab), cd64 = hn::BitCast(d64, cd);
+  const V lo = hn::BitCast(df, hn::InterleaveLower(d64, ab64, cd64));  // [a02 b02 c02 d02]
+  const V hi = hn::BitCast(df, hn::InterleaveUpper(d64, ab64, cd64));  // [a13 b13 c13 d13]
+  return FoldTo128(df, hn::Add(lo, hi));
+}
+#endif
 
-  // Scores: one pass over each segment's K rows, each row used by every head of the group;
-  // a score depends only on its own q and K row, so the segments just fill their columns.
-  for (int s = 0, off = 0; s < n_seg; off += int(seg[s].n), ++s) {
-    const KT* kbase = seg[s].k;
-    const float* ks = seg[s].ks;  // [cap, n_kv] or null
-    const int64_t cap = seg[s].cap, slo = seg[s].lo, sn = seg[s].n;
-    float* ss = sc + off;  // [group, np] from column off
-    switch (hdp / L) {  // unrolled for rows of up to 4 vectors (head_dim 64 on AVX-512)
-      case 1: QkScores<1>(kbase, ks, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
-      case 2: QkScores<2>(kbase, ks, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
-      case 3: QkScores<3>(kbase, ks, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
-      case 4: QkScores<4>(kbase, ks, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
-      default: QkScores<0>(kbase, ks, cap, n_kv, g, hd, hdp, slo, sn, qp, group, scale, ss, np); break;
-    }
-  }
+// dst[k] = (lane sum of a_k) * f[k], k < 4: TransposedSum4 where vectors have 4 lanes or
+// more; the one-lane scalar target has nothing to sum.
+//   f [4] the scores' factors, dst [4]
+template <class DF, class V = hn::Vec<DF>>
+HWY_INLINE void StoreScores4(DF df, V a0, V a1, V a2, V a3, const float* f, float* dst) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)df;
+  dst[0] = hn::GetLane(a0) * f[0];
+  dst[1] = hn::GetLane(a1) * f[1];
+  dst[2] = hn::GetLane(a2) * f[2];
+  dst[3] = hn::GetLane(a3) * f[3];
+#else
+  const hn::FixedTag<float, 4> d4;
+  hn::StoreU(hn::Mul(TransposedSum4(df, a0, a1, a2, a3), hn::LoadU(d4, f)), d4, dst);
+#endif
+}
 
-  // Softmax numerators per head over the whole window; the -inf padding exps to exactly 0.
-  for (int64_t j = 0; j < group; ++j) {
-    float* s = sc + j * np;  // [np]
-    V mx = hn::LoadU(df, s);
-    for (int64_t i = L; i < np; i += L) mx = hn::Max(mx, hn::LoadU(df, s + i));
-    const V m = hn::MaxOfLanes(df, mx);
-    V sum = hn::Zero(df);
-    for (int64_t i = 0; i < np; i += L) {
-      const V e = hn::Exp(df, hn::Sub(hn::LoadU(df, s + i), m));
-      hn::StoreU(e, df, s + i);
-      sum = hn::Add(sum, e);
+// Scores of every item against the keys of one slot part, four keys at a time:
+//   it[i].s[p - ulo] = dot(q_i, K[p]) * scale (INT8: * (k_scale[p] * scale))
+// where the dot is acc = MulAdd(q chunk c, K chunk c, acc) over the chunks in order (from
+// zero) and then TransposedSum4 over its lanes, the same for every key. Each K row is loaded
+// (and widened) once per block and used by every item of the tile. NC > 0: rows of exactly
+// NC chunks, the block's K chunks held in registers (kFull: hd == NC * Lanes, no tail
+// chunk); NC == 0: any length, the block widened into kf first. A block past the part's end
+// reads a zero row instead, and its store writes up to 3 columns past the part (the next
+// part overwrites them; the buffers leave room).
+//   kf   [4, hdp] scratch
+//   zrow [hd] zeros
+template <int NC, bool kFull, typename KT>
+HWY_INLINE void QkScores(const Seg<KT>& sg, int64_t n_kv, int64_t g, int64_t hd, int64_t hdp,
+                         const Item* it, int64_t n_it, int64_t ulo, float scale, float* kf,
+                         const KT* zrow) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const int64_t L = int64_t(hn::Lanes(df));
+  int64_t r = sg.lo % sg.cap;  // ring row of the next key
+  for (int64_t p0 = 0; p0 < sg.n; p0 += 4) {
+    const KT* kr[4] = {zrow, zrow, zrow, zrow};  // [4] rows of the block's keys
+    alignas(16) float f[4] = {0.f, 0.f, 0.f, 0.f};          // [4] the scores' factors
+    for (int64_t k = 0; k < 4 && p0 + k < sg.n; ++k) {
+      kr[k] = sg.k + (r * n_kv + g) * hd;
+      f[k] = scale;
+      if constexpr (kScaled<KT>) f[k] = sg.ks[r * n_kv + g] * scale;
+      if (++r == sg.cap) r = 0;
     }
-    const float inv = 1.f / ReduceSumF32(df, sum);  // sum >= 1: the max term is exp(0)
-    float* o = og + j * hd;  // [hd]
-    for (int64_t c0 = 0; c0 < hd; c0 += 4 * L) {
-      switch (std::min<int64_t>(4, (hd - c0 + L - 1) / L)) {
-        case 1: WeightedV<1>(seg, n_seg, n_kv, g, hd, s, inv, c0, o); break;
-        case 2: WeightedV<2>(seg, n_seg, n_kv, g, hd, s, inv, c0, o); break;
-        case 3: WeightedV<3>(seg, n_seg, n_kv, g, hd, s, inv, c0, o); break;
-        default: WeightedV<4>(seg, n_seg, n_kv, g, hd, s, inv, c0, o); break;
+    const int64_t col = sg.lo + p0 - ulo;
+    if constexpr (NC == 0) {
+      for (int64_t k = 0; k < 4; ++k)
+        for (int64_t c = 0; c < hdp; c += L) hn::StoreU(LoadChunk(df, kr[k], c, hd), df, kf + k * hdp + c);
+      for (int64_t i = 0; i < n_it; ++i) {
+        V a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t c = 0; c < hdp; c += L) {
+          const V q = hn::LoadU(df, it[i].q + c);
+          a0 = hn::MulAdd(q, hn::LoadU(df, kf + c), a0);
+          a1 = hn::MulAdd(q, hn::LoadU(df, kf + hdp + c), a1);
+          a2 = hn::MulAdd(q, hn::LoadU(df, kf + 2 * hdp + c), a2);
+          a3 = hn::MulAdd(q, hn::LoadU(df, kf + 3 * hdp + c), a3);
+        }
+        StoreScores4(df, a0, a1, a2, a3, f, it[i].s + col);
+      }
+    } else {
+      // Named registers, not arrays: GCC 12 keeps an array of vectors in memory.
+#define TL_KEY(K_)                                                     \
+  const V k##K_##0 = LoadChunk<kFull>(df, kr[K_], 0, hd);                      \
+  const V k##K_##1 = NC > 1 ? LoadChunk<kFull>(df, kr[K_], L, hd) : k##K_##0;     \
+  const V k##K_##2 = NC > 2 ? LoadChunk<kFull>(df, kr[K_], 2 * L, hd) : k##K_##0; \
+  const V k##K_##3 = NC > 3 ? LoadChunk<kFull>(df, kr[K_], 3 * L, hd) : k##K_##0;
+      TL_KEY(0) TL_KEY(1) TL_KEY(2) TL_KEY(3)
+#undef TL_KEY
+      for (int64_t i = 0; i < n_it; ++i) {
+        const float* q = it[i].q;  // [hdp]
+        const V q0 = hn::LoadU(df, q);
+        V a0 = hn::MulAdd(q0, k00, hn::Zero(df)), a1 = hn::MulAdd(q0, k10, hn::Zero(df));
+        V a2 = hn::MulAdd(q0, k20, hn::Zero(df)), a3 = hn::MulAdd(q0, k30, hn::Zero(df));
+        if constexpr (NC > 1) {
+          const V q1 = hn::LoadU(df, q + L);
+          a0 = hn::MulAdd(q1, k01, a0), a1 = hn::MulAdd(q1, k11, a1);
+          a2 = hn::MulAdd(q1, k21, a2), a3 = hn::MulAdd(q1, k31, a3);
+        }
+        if constexpr (NC > 2) {
+          const V q2 = hn::LoadU(df, q + 2 * L);
+          a0 = hn::MulAdd(q2, k02, a0), a1 = hn::MulAdd(q2, k12, a1);
+          a2 = hn::MulAdd(q2, k22, a2), a3 = hn::MulAdd(q2, k32, a3);
+        }
+        if constexpr (NC > 3) {
+          const V q3 = hn::LoadU(df, q + 3 * L);
+          a0 = hn::MulAdd(q3, k03, a0), a1 = hn::MulAdd(q3, k13, a1);
+          a2 = hn::MulAdd(q3, k23, a2), a3 = hn::MulAdd(q3, k33, a3);
+        }
+        StoreScores4(df, a0, a1, a2, a3, f, it[i].s + col);
       }
     }
   }
+}
+
+// o[c0 .. c0 + NV*L) of up to four items: o = inv * sum over p of the item's window, in
+// position order, of w[p] * V[p] (INT8: w[p] * v_scale[p]). The parts cover the union of
+// the items' windows; each V row is loaded (and widened) once and used by every item whose
+// window holds it, so an item's sum is exactly the one it would get alone.
+//   seg [n_seg] parts of the union, V row r of kv head g at v + (r * n_kv + g) * hd
+//   it  [4] items (unused ones have an empty window); only the first NI are looked at
+// kFull: the NV chunks are whole (no tail chunk among them).
+template <int NV, int NI, bool kFull, typename KT>
+HWY_INLINE void WeightedV(const Seg<KT>* seg, int n_seg, int64_t n_kv, int64_t g, int64_t hd,
+                          const Item* it, int64_t ulo, int64_t c0) {
+  static_assert(NV >= 1 && NV <= 4, "up to 4 vectors per pass");
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const int64_t L = int64_t(hn::Lanes(df));
+  // Named accumulators [item][vector], not an array (see QkScores).
+  const V z = hn::Zero(df);
+  V a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z;
+  V a20 = z, a21 = z, a22 = z, a23 = z, a30 = z, a31 = z, a32 = z, a33 = z;
+  const int64_t lo0 = it[0].lo, hi0 = it[0].hi, lo1 = it[1].lo, hi1 = it[1].hi;
+  const int64_t lo2 = it[2].lo, hi2 = it[2].hi, lo3 = it[3].lo, hi3 = it[3].hi;
+  for (int s = 0; s < n_seg; ++s) {
+    const KT* vbase = seg[s].v;
+    const int64_t cap = seg[s].cap, n = seg[s].n;
+    int64_t r = seg[s].lo % cap;  // ring row of position lo + p, advanced without a division
+    for (int64_t p = seg[s].lo; p < seg[s].lo + n; ++p) {
+      const KT* vr = vbase + (r * n_kv + g) * hd + c0;  // [hd - c0] from chunk c0 on
+      const V v0 = LoadChunk<kFull>(df, vr, 0, hd - c0);
+      const V v1 = NV > 1 ? LoadChunk<kFull>(df, vr, L, hd - c0) : v0;
+      const V v2 = NV > 2 ? LoadChunk<kFull>(df, vr, 2 * L, hd - c0) : v0;
+      const V v3 = NV > 3 ? LoadChunk<kFull>(df, vr, 3 * L, hd - c0) : v0;
+      float vsc = 1.f;
+      if constexpr (kScaled<KT>) vsc = seg[s].vs[r * n_kv + g];
+#define TL_ITEM(i)                                                   \
+  if (NI > i && p >= lo##i && p <= hi##i) {                          \
+    float w = it[i].s[p - ulo];                                      \
+    if constexpr (kScaled<KT>) w = w * vsc;                          \
+    const V wv = hn::Set(df, w);                                     \
+    a##i##0 = hn::MulAdd(wv, v0, a##i##0);                           \
+    if constexpr (NV > 1) a##i##1 = hn::MulAdd(wv, v1, a##i##1);     \
+    if constexpr (NV > 2) a##i##2 = hn::MulAdd(wv, v2, a##i##2);     \
+    if constexpr (NV > 3) a##i##3 = hn::MulAdd(wv, v3, a##i##3);     \
+  }
+      TL_ITEM(0) TL_ITEM(1) TL_ITEM(2) TL_ITEM(3)
+#undef TL_ITEM
+      (void)vsc;
+      if (++r == cap) r = 0;
+    }
+  }
+  const V acc[4][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13},
+                       {a20, a21, a22, a23}, {a30, a31, a32, a33}};
+  for (int i = 0; i < NI; ++i) {
+    if (it[i].lo > it[i].hi) continue;
+    const V iv = hn::Set(df, it[i].inv);
+    for (int v = 0; v < NV; ++v) {
+      const V res = hn::Mul(acc[i][v], iv);
+      const int64_t c = c0 + v * L;
+      if (c + L <= hd)
+        hn::StoreU(res, df, it[i].o + c);
+      else
+        StoreTail(df, res, it[i].o + c, size_t(hd - c));
+    }
+  }
+}
+
+// One tile: query rows rows[0 .. n_rows) (non-empty windows), kv head g; the query heads of
+// g's group attend to their row's keys k_lo[t] .. q_pos[t]. Per (row, head) item:
+//   scores over its window (QkScores), w = Exp(score - max) (vector exp, ~1 ulp, lane-wise
+//   sum over whole vectors of its window, -inf padded, then SumOfLanes), out = sum of w V *
+//   (1 / sum) (WeightedV).
+// Every step of an item reads only its own window, starting at its own first key, so the
+// result does not depend on the tile, the thread or where the window is split between slots.
+template <typename KT>
+HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, int64_t n_rows,
+                              int64_t g) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const int64_t L = int64_t(hn::Lanes(df));
+  const int64_t hd = a.tail.head_dim, n_kv = a.tail.n_kv_heads;
+  const int64_t group = a.n_heads / n_kv;
+  const int64_t n_it = n_rows * group;
+  int64_t ulo = a.k_lo[rows[0]], uhi = a.q_pos[rows[0]];  // the union of the windows
+  for (int64_t i = 1; i < n_rows; ++i) {
+    ulo = std::min(ulo, a.k_lo[rows[i]]);
+    uhi = std::max(uhi, a.q_pos[rows[i]]);
+  }
+  const int64_t nu = uhi - ulo + 1;
+  const int64_t hdp = (hd + L - 1) / L * L;       // hd padded to whole vectors
+  const int64_t ns = (nu + 2 * L + 3) / L * L;    // a score row: window + padding + overhang
+  thread_local std::vector<float> qbuf, sbuf, kbuf;
+  thread_local std::vector<KT> zbuf;
+  thread_local std::vector<Item> ibuf;
+  if (qbuf.size() < size_t(n_it * hdp)) qbuf.resize(size_t(n_it * hdp));
+  if (sbuf.size() < size_t(n_it * ns)) sbuf.resize(size_t(n_it * ns));
+  if (kbuf.size() < size_t(4 * hdp)) kbuf.resize(size_t(4 * hdp));
+  if (zbuf.size() < size_t(hd)) zbuf.resize(size_t(hd), KT());  // [hd] a zero K row
+  if (ibuf.size() < size_t(n_it + 3)) ibuf.resize(size_t(n_it + 3));
+  float* qp = qbuf.data();  // [n_it, hdp] query rows, zero-padded
+  float* sc = sbuf.data();  // [n_it, ns] scores, then softmax numerators
+  Item* it = ibuf.data();   // [n_it + 3] (3 empty ones for the last batch of WeightedV)
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const int64_t t = rows[r];
+    const float* qg = a.q + (t * a.n_heads + g * group) * hd;  // [group, hd]
+    for (int64_t j = 0; j < group; ++j) {
+      const int64_t i = r * group + j;
+      std::copy(qg + j * hd, qg + (j + 1) * hd, qp + i * hdp);
+      std::fill(qp + i * hdp + hd, qp + (i + 1) * hdp, 0.f);
+      it[i] = {qp + i * hdp, sc + i * ns, a.out + (t * a.n_heads + g * group + j) * hd,
+               a.k_lo[t], a.q_pos[t], 0.f};
+    }
+  }
+  for (int64_t i = n_it; i < n_it + 3; ++i) it[i] = {nullptr, nullptr, nullptr, 1, 0, 0.f};
+
+  Seg<KT> seg[2];
+  const int n_seg = SplitRange(a, ulo, uhi, seg);
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  // Scores: one pass over the union's K rows, each row used by every item.
+  for (int s = 0; s < n_seg; ++s) {
+    const bool full = hd == hdp;
+    float* kf = kbuf.data();
+    const KT* z = zbuf.data();
+#define TL_QK(NC, FULL) QkScores<NC, FULL>(seg[s], n_kv, g, hd, hdp, it, n_it, ulo, scale, kf, z)
+    switch (hdp / L) {  // unrolled for rows of up to 4 vectors (head_dim 64 on AVX-512)
+      case 1: full ? TL_QK(1, true) : TL_QK(1, false); break;
+      case 2: full ? TL_QK(2, true) : TL_QK(2, false); break;
+      case 3: full ? TL_QK(3, true) : TL_QK(3, false); break;
+      case 4: full ? TL_QK(4, true) : TL_QK(4, false); break;
+      default: TL_QK(0, false); break;
+    }
+#undef TL_QK
+  }
+
+  // Softmax numerators per item over its own window, from its first key; the -inf padding
+  // exps to exactly 0.
+  for (int64_t i = 0; i < n_it; ++i) {
+    const int64_t n = it[i].hi - it[i].lo + 1, np = (n + L - 1) / L * L;
+    float* s = it[i].s + (it[i].lo - ulo);  // [np] the window's scores, then padding
+    std::fill(s + n, s + np, -std::numeric_limits<float>::infinity());
+    V mx = hn::LoadU(df, s);
+    for (int64_t c = L; c < np; c += L) mx = hn::Max(mx, hn::LoadU(df, s + c));
+    const V m = hn::MaxOfLanes(df, mx);
+    V sum = hn::Zero(df);
+    for (int64_t c = 0; c < np; c += L) {
+      const V e = hn::Exp(df, hn::Sub(hn::LoadU(df, s + c), m));
+      hn::StoreU(e, df, s + c);
+      sum = hn::Add(sum, e);
+    }
+    it[i].inv = 1.f / ReduceSumF32(df, sum);  // sum >= 1: the max term is exp(0)
+  }
+
+  // Weighted V, four items at a time over the union of their windows.
+  for (int64_t b = 0; b < n_it; b += 4) {
+    int64_t blo = it[b].lo, bhi = it[b].hi;
+    for (int64_t i = b + 1; i < std::min(b + 4, n_it); ++i) {
+      blo = std::min(blo, it[i].lo);
+      bhi = std::max(bhi, it[i].hi);
+    }
+    Seg<KT> bseg[2];
+    const int n_bseg = SplitRange(a, blo, bhi, bseg);
+    const bool one = b + 1 == n_it;  // a single item (decode of an MHA head): no others to test
+    for (int64_t c0 = 0; c0 < hd; c0 += 4 * L) {
+      const int64_t nv = std::min<int64_t>(4, (hd - c0 + L - 1) / L);
+      const bool full = c0 + nv * L <= hd;
+#define TL_PV(NV, NI, FULL) WeightedV<NV, NI, FULL>(bseg, n_bseg, n_kv, g, hd, it + b, ulo, c0)
+      if (nv == 4 && full)  // head_dim 64 on AVX-512, 32 on AVX2
+        one ? TL_PV(4, 1, true) : TL_PV(4, 4, true);
+      else if (nv == 4)
+        TL_PV(4, 4, false);
+      else if (nv == 3)
+        TL_PV(3, 4, false);
+      else if (nv == 2)
+        TL_PV(2, 4, false);
+      else
+        TL_PV(1, 4, false);
+#undef TL_PV
+    }
+  }
+}
+
+// Rows t0 .. t0 + kTileRows - 1 (those < T) against kv head g. Empty windows give zero rows;
+// the others form one tile, unless their windows overlap too little for sharing to pay
+// (then one tile per row: the results are the same either way).
+template <typename KT>
+HWY_INLINE void AttendRowsT(const detail::AttnArgs& a, int64_t t0, int64_t g) {
+  const int64_t hd = a.tail.head_dim, group = a.n_heads / a.tail.n_kv_heads;
+  int64_t rows[detail::kTileRows];
+  int64_t n_rows = 0, lo = 0, hi = -1, sum_n = 0;
+  for (int64_t t = t0; t < std::min(t0 + detail::kTileRows, a.T); ++t) {
+    const int64_t n = a.q_pos[t] - a.k_lo[t] + 1;
+    if (n <= 0) {
+      float* og = a.out + (t * a.n_heads + g * group) * hd;  // [group, hd]
+      std::fill(og, og + group * hd, 0.f);
+      continue;
+    }
+    lo = n_rows ? std::min(lo, a.k_lo[t]) : a.k_lo[t];
+    hi = n_rows ? std::max(hi, a.q_pos[t]) : a.q_pos[t];
+    sum_n += n;
+    rows[n_rows++] = t;
+  }
+  if (n_rows == 0) return;
+  if ((hi - lo + 1) * n_rows <= 2 * sum_n + 64 * n_rows) return AttendTileT<KT>(a, rows, n_rows, g);
+  for (int64_t r = 0; r < n_rows; ++r) AttendTileT<KT>(a, rows + r, 1, g);
 }
 
 // dst[n] = f16(src[n]), round to nearest even. With a conversion instruction (F16C,
@@ -276,13 +468,14 @@ void FloatToHalfN(const float* HWY_RESTRICT src, int64_t n, uint16_t* HWY_RESTRI
 #endif
 }
 
-void AttendGroup(const detail::AttnArgs& a, int64_t t, int64_t g) {
+// Rows t0 .. t0 + kTileRows - 1 (those < T) against kv head g, the KV storage type picked.
+void AttendRows(const detail::AttnArgs& a, int64_t t0, int64_t g) {
   if (a.tail.dtype == ops::KvDType::F16)
-    AttendGroupT<hwy::float16_t>(a, t, g);
+    AttendRowsT<hwy::float16_t>(a, t0, g);
   else if (a.tail.dtype == ops::KvDType::I8)
-    AttendGroupT<int8_t>(a, t, g);
+    AttendRowsT<int8_t>(a, t0, g);
   else
-    AttendGroupT<float>(a, t, g);
+    AttendRowsT<float>(a, t0, g);
 }
 
 }  // namespace tinyloop::cpu::HWY_NAMESPACE
@@ -290,7 +483,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace tinyloop::cpu {
-HWY_EXPORT(AttendGroup);
+HWY_EXPORT(AttendRows);
 HWY_EXPORT(FloatToHalfN);
 
 // k, v [capacity, n_kv_heads, head_dim]; k_rows, v_rows [T, n_kv_heads, head_dim]; pos [T].
@@ -317,9 +510,11 @@ void attention_segments(const float* q, int64_t T, int64_t n_heads, const ops::K
                         const int64_t* k_lo, float* out) {
   if (T <= 0) return;
   const detail::AttnArgs a{q, T, n_heads, prefix, split, tail, q_pos, k_lo, out};
-  const auto fn = HWY_DYNAMIC_DISPATCH(AttendGroup);
+  const auto fn = HWY_DYNAMIC_DISPATCH(AttendRows);
   const int64_t n_kv = tail.n_kv_heads;
-  parallel_for(T * n_kv, [&](int64_t i) { fn(a, i / n_kv, i % n_kv); });
+  // Tasks: (tile of kTileRows query rows, kv head).
+  const int64_t n_tiles = (T + detail::kTileRows - 1) / detail::kTileRows;
+  parallel_for(n_tiles * n_kv, [&](int64_t i) { fn(a, i / n_kv * detail::kTileRows, i % n_kv); });
 }
 
 void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,

@@ -1,12 +1,15 @@
 // INT8 KV (ops/kv_quant.h): the quantizer, the scalar reference attention against a double
 // oracle over the dequantized rows, cpu::attention_int8 against the scalar reference on every
 // compiled target (odd head_dim, GQA, ring wrap, windows, empty windows), batch / thread
-// invariance bit for bit, and the public dispatch (ops::kv_write / ops::attention) on I8.
+// invariance bit for bit (any grouping of rows into tiles), and the public dispatch
+// (ops::kv_write / ops::attention) on I8.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "cpu/kernels.h"
@@ -211,6 +214,44 @@ TEST(CpuAttentionInt8, BatchAndThreadInvariant) {
       }
       set_num_threads(before);
     }
+  });
+}
+
+// Any grouping of query rows into calls (so into tiles of the kernel) gives the same bits:
+// prefill chunks of 13 rows split 1/2/3/5 at a time, and unrelated rows (random positions
+// and windows, some empty); odd head_dim and GQA groups of 1, 3 and 8.
+TEST(CpuAttentionInt8, TilesAnyRowGroupingBitIdentical) {
+  testing::for_each_target([&] {
+    uint32_t seed = 51;
+    for (int64_t hd : {5, 64, 130})
+      for (auto [n_heads, n_kv] : {std::pair<int64_t, int64_t>{4, 4}, {6, 2}, {8, 1}}) {
+        const int64_t N = 50;
+        I8Slot s(64, n_kv, hd, N, seed += 2);
+        for (bool unrelated : {false, true}) {
+          Queries qs = causal_chunk(N - 13, 13, n_heads, hd, 0, seed += 2);
+          if (unrelated) {
+            std::mt19937 rng(seed);
+            for (size_t t = 0; t < 13; ++t) {
+              qs.q_pos[t] = int64_t(rng() % N);
+              qs.k_lo[t] = t % 5 == 3 ? qs.q_pos[t] + 1 : int64_t(rng() % uint32_t(qs.q_pos[t] + 1));
+            }
+          }
+          expect_close(s, n_heads, qs);
+          const int64_t T = qs.T(), row = n_heads * hd;
+          std::vector<float> all(size_t(T * row), NAN);
+          cpu::attention_int8(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), all.data());
+          for (int64_t chunk : {1, 2, 3, 5}) {
+            std::vector<float> parts(all.size(), NAN);
+            for (int64_t t0 = 0; t0 < T; t0 += chunk)
+              cpu::attention_int8(qs.q.data() + t0 * row, std::min(chunk, T - t0), n_heads, s.view(),
+                                  &qs.q_pos[size_t(t0)], &qs.k_lo[size_t(t0)], parts.data() + t0 * row);
+            for (size_t i = 0; i < all.size(); ++i)
+              ASSERT_EQ(std::bit_cast<uint32_t>(parts[i]), std::bit_cast<uint32_t>(all[i]))
+                  << "hd=" << hd << " heads=" << n_heads << "/" << n_kv << " chunk=" << chunk << " i=" << i;
+          }
+          if (HasFatalFailure()) return;
+        }
+      }
   });
 }
 

@@ -1,12 +1,14 @@
 // cpu::attention against the scalar reference (ops::ref::attention), on every compiled
 // target: MHA and GQA, odd head_dim (vector tails), F16 and F32 KV, ring slots, sliding
-// windows, empty windows; batch / thread invariance bit for bit; and the two-slot
-// cpu::attention_segments bit for bit against one slot.
+// windows, empty windows; batch / thread invariance bit for bit (any grouping of query rows
+// into tiles); and the two-slot cpu::attention_segments bit for bit against one slot.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <iterator>
+#include <random>
 #include <vector>
 
 #include "cpu/kernels.h"
@@ -166,6 +168,57 @@ TEST_P(CpuAttention, BatchAndThreadInvariant) {
       }
       set_num_threads(before);
     }
+  });
+}
+
+// Query rows that share a tile (cpu/attention.cc: tiles of kTileRows rows share each K/V row)
+// give bit for bit what they give alone or in any other grouping: prefill chunks of every
+// length (T not a multiple of the tile), rows in any order with unrelated windows (the
+// union of a tile's windows has gaps, or is too sparse to share), empty windows inside a
+// tile, GQA groups that make more than four (row, head) items per tile; and they stay close
+// to the reference.
+TEST_P(CpuAttention, TilesAnyRowGroupingBitIdentical) {
+  testing::for_each_target([&] {
+    uint32_t seed = 301;
+    for (int64_t hd : {3, 16, 17, 64, 130})
+      for (auto [n_heads, n_kv] : {std::pair<int64_t, int64_t>{4, 4}, {6, 2}, {8, 1}}) {
+        const int64_t N = 50;  // positions 0 .. 49 in a ring of 64
+        Slot s(GetParam(), 64, n_kv, hd, N, seed += 2);
+        for (int mode = 0; mode < 3; ++mode) {
+          Queries qs;
+          if (mode == 0) {
+            qs = causal_chunk(N - 13, 13, n_heads, hd, 0, seed += 2);  // a causal prefill chunk
+          } else if (mode == 1) {
+            qs = causal_chunk(N - 13, 13, n_heads, hd, 6, seed += 2);  // sliding windows of 6
+          } else {
+            // Unrelated rows: random positions and window starts, some windows empty.
+            qs.q = random_floats(size_t(13 * n_heads * hd), seed += 2);
+            std::mt19937 rng(seed);
+            for (int t = 0; t < 13; ++t) {
+              const int64_t qp = int64_t(rng() % N);
+              qs.q_pos.push_back(qp);
+              qs.k_lo.push_back(t % 5 == 3 ? qp + 1 : int64_t(rng() % uint32_t(qp + 1)));
+            }
+          }
+          const int64_t T = qs.T(), row = n_heads * hd;
+          expect_close(s, n_heads, qs);
+          std::vector<float> all(size_t(T * row), NAN);
+          cpu::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), all.data());
+          for (int64_t chunk : {1, 2, 3, 5, 6}) {
+            std::vector<float> parts(all.size(), NAN);
+            for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+              const int64_t n = std::min(chunk, T - t0);
+              cpu::attention(qs.q.data() + t0 * row, n, n_heads, s.view(), &qs.q_pos[size_t(t0)],
+                             &qs.k_lo[size_t(t0)], parts.data() + t0 * row);
+            }
+            for (size_t i = 0; i < all.size(); ++i)
+              ASSERT_EQ(std::bit_cast<uint32_t>(parts[i]), std::bit_cast<uint32_t>(all[i]))
+                  << "hd=" << hd << " heads=" << n_heads << "/" << n_kv << " mode=" << mode
+                  << " chunk=" << chunk << " i=" << i;
+          }
+          if (HasFatalFailure()) return;
+        }
+      }
   });
 }
 
