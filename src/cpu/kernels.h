@@ -56,6 +56,11 @@ void rmsnorm(const float* x, int64_t T, int64_t D, const float* w, float eps, fl
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 // y[n] = a[n] + b[n]; y may alias a or b.
 void add(const float* a, const float* b, int64_t n, float* y);
+// In place on x[T, n_heads, head_dim], same contract and bits as ops::ref::rope (cpu/rope.cc);
+// cos / sin rows are cached per thread by position. Throws std::invalid_argument on an odd
+// head_dim.
+void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t* pos,
+          float theta, ops::RopeLayout layout);
 
 // Name of the Highway target the dispatcher picks now ("AVX3", "AVX2", "EMU128", ...).
 std::string simd_target_name();

@@ -61,7 +61,8 @@ void layernorm(const float* x, int64_t T, int64_t D, const float* w, const float
 
 void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t* pos,
           float theta, RopeLayout layout) {
-  ref::rope(x, T, n_heads, head_dim, pos, theta, layout);
+  if (scalar()) return ref::rope(x, T, n_heads, head_dim, pos, theta, layout);
+  cpu::rope(x, T, n_heads, head_dim, pos, theta, layout);
 }
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
