@@ -5,19 +5,21 @@
 // only when __builtin_cpu_supports says the CPU and OS have them (vnni_supported()).
 //
 // vpdpbusd multiplies 4 adjacent u8 x s8 byte pairs and adds them to one int32 lane: 64
-// products an instruction, exactly (no saturation: |sum| <= 4 * 255 * 128).
-//  - int4: the weight nibbles are the u8 operand. One 64-byte load of a weight row is 128
-//    columns = 4 blocks of 32; the low nibbles (even columns) and the high ones (odd columns)
-//    go into two vpdpbusd against x stored in the same order (xlo, xhi, below), so int32 lane
-//    l sums 8 products of block l / 4.
-//  - int8: the weight is signed, so its bytes are flipped to u8 = w + 128 (xor 0x80, exact
-//    for every value -128..127) and the accumulator starts at -128 * (the 4 x bytes of the
-//    lane), precomputed once per x row: sum (w + 128) x - 128 sum x = sum w x, exactly. One
-//    64-byte load is 64 columns = 2 blocks, lane l sums 4 products of block l / 8.
-// The int32 lanes of a vector are converted to float and FMAd with the lane's d_w * d_x
-// (d_w expanded from its block by a permute, d_x pre-expanded per x row), so each vector
-// applies the scales of 2 / 4 blocks at once; one horizontal sum per output at the end, then
-// the offset term sum_b o_w s_x (int4) as a 16-block dot product, then the bias.
+// products an instruction, exactly (no saturation: |sum| <= 8 * 255 * 128 over the two used
+// per lane). The unit of work is 128 columns = 4 blocks of 32, two vpdpbusd into one int32
+// vector whose 128-bit lane q holds block q (int32 lane l: block l / 4):
+//  - int4: one 64-byte load of a weight row is the unit; its low nibbles (even columns) and
+//    high nibbles (odd columns) are the u8 operands of the two vpdpbusd, against x stored in
+//    the same order (xa = even columns, xb = odd ones, per block 16 bytes each).
+//  - int8: two 64-byte loads; a 128-bit-lane shuffle gathers the first 16 bytes of the 4
+//    blocks (wa) and the last 16 (wb), x stored the same way. The weight is signed, so its
+//    bytes are flipped to u8 = w + 128 (xor 0x80, exact for every value -128..127) and the
+//    accumulator starts at -128 * (the lane's 8 x bytes), precomputed once per x row:
+//    sum (w + 128) x - 128 sum x = sum w x, exactly.
+// The int32 lanes are converted to float and FMAd with the lane's d_w * d_x (d_w expanded
+// from its block by a permute, d_x pre-expanded per x row): 3 float instructions per 128
+// products. One horizontal sum per output at the end, then the offset term sum_b o_w s_x
+// (int4) as a 16-block dot product, then the bias.
 //
 // Register tile: MR <= 4 x rows against NR <= 4 weight rows; each weight vector is loaded
 // and decoded once for the MR rows, each x vector once for the NR rows. Batch invariance:
@@ -70,19 +72,20 @@ bool vnni_supported() {
 namespace {
 
 constexpr int64_t kVecBytes = 64;     // one zmm
+constexpr int64_t kUnit = 128;        // columns per unit (4 blocks), for x: xa | xb, 128 bytes
 constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task (as matmul.cc)
 constexpr int64_t kMinParallelMacs = 1 << 15;  // below: one task
 constexpr int64_t kTChunk = 64;       // x rows per pass over a task's weight rows (L2-sized)
 constexpr int kMaxMR = 4, kMaxNR = 4;
 
-// Everything the tiles read. Shapes: nv = vectors per row (int8: ceil(K / 64), int4:
-// ceil(K / 128)), nb = K / 32 blocks, nbp = nb rounded up to 16.
+// Everything the tiles read. Shapes: nv = units per row (ceil(K / 128)), nb = K / 32
+// blocks, nbp = nb rounded up to 16.
 struct Ctx {
   bool int4;
   int64_t T, N, K, nv, nb, nbp;
-  __mmask64 tail;         // valid weight bytes of the last vector of a row
-  const int8_t* xq;       // [T, nv * 64] int8 / [T, nv * 128] int4 (xlo | xhi per vector)
-  const int32_t* corr;    // [T, nv * 16] int8: -128 * sum of the lane's 4 x bytes
+  __mmask64 tail0, tail1;  // valid weight bytes of the last unit's two loads (int4: one)
+  const int8_t* xq;       // [T, nv * 128] (xa | xb per unit, as the weight operands)
+  const int32_t* corr;    // [T, nv * 16] int8: -128 * sum of the lane's 8 x bytes
   const float* dxe;       // [T, nv * 16] d_x of each lane's block (0 past K)
   const float* sx;        // [T, nbp] int4: Q8_1 block sums (0 past nb)
   const uint8_t* w;       // int8 [N, K] / int4 [N, K / 2]
@@ -92,8 +95,7 @@ struct Ctx {
 };
 
 // A task's weight rows decoded for the tiles: per row r, dwb [nbw] the d_w of each block
-// (0 past nb; nbw = nv * blocks-per-vector + 16 so a 16-float load at any vector's first
-// block stays inside) and owb [nbp] the int4 offsets of each block (0 past nb).
+// (0 past nb; nbw = nv * 4 + 16 so a 16-float load at any unit's first block stays inside) and owb [nbp] the int4 offsets of each block (0 past nb).
 struct Panel {
   const float* dwb;
   const float* owb;
@@ -118,16 +120,14 @@ TL_VNNI void block_params(const void* p, bool f16, int64_t ng, int64_t bpg, int6
   std::fill(out + nb, out + nout, 0.f);
 }
 
-// y[t0 .. t0 + MR, n0 .. n0 + NR]. wr [NR] weight rows, dwb / owb [NR] their Panel rows.
+// y[t0 .. t0 + MR, n0 .. n0 + NR]: x rows t0.., weight rows n0.. (Panel rows r0..).
 template <int MR, int NR, bool INT4>
 TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t n0, const Panel& pn, int64_t r0) {
-  constexpr int64_t kBpv = INT4 ? 4 : 2;                 // blocks per vector
-  constexpr int64_t kXBytes = INT4 ? 2 * kVecBytes : kVecBytes;  // x bytes per vector
-  // Lane l of a vpdpbusd result belongs to block l / (16 / kBpv) of the vector.
-  const __m512i blk_of_lane = INT4 ? _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0)
-                                   : _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  constexpr int64_t kWBytes = INT4 ? kVecBytes : 2 * kVecBytes;  // weight bytes per unit
+  // Lane l of the int32 vector belongs to block l / 4 of the unit.
+  const __m512i blk_of_lane = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
   const __m512i low4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8(char(0x80));
-  const int64_t xrow = c.nv * kXBytes, lrow = c.nv * 16;
+  const int64_t lrow = c.nv * 16;
   const uint8_t* wr[NR];  // [w_row_bytes] each
   const float* dwb[NR];   // [nbw] each
   for (int r = 0; r < NR; ++r) {
@@ -138,29 +138,33 @@ TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t n0, const Panel& pn, int64_t
   for (int i = 0; i < MR; ++i)
     for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
   for (int64_t j = 0; j < c.nv; ++j) {
-    const __mmask64 m = j + 1 < c.nv ? ~__mmask64(0) : c.tail;
-    __m512i wa[NR], wb[NR];  // int4: low / high nibbles; int8: w + 128 (wb unused)
+    const bool last = j + 1 == c.nv;
+    const __mmask64 m0 = last ? c.tail0 : ~__mmask64(0), m1 = last ? c.tail1 : ~__mmask64(0);
+    __m512i wa[NR], wb[NR];  // the u8 operands: int4 low / high nibbles; int8 first / last 16
+                             // bytes of each block, + 128
     __m512 dwe[NR];          // d_w of each lane's block
     for (int r = 0; r < NR; ++r) {
-      const __m512i raw = _mm512_maskz_loadu_epi8(m, wr[r] + j * kVecBytes);
+      const uint8_t* wp = wr[r] + j * kWBytes;
       if constexpr (INT4) {
+        const __m512i raw = _mm512_maskz_loadu_epi8(m0, wp);
         wa[r] = _mm512_and_si512(raw, low4);
         wb[r] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
       } else {
-        wa[r] = _mm512_xor_si512(raw, flip);
-        wb[r] = wa[r];
+        const __m512i v0 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m0, wp), flip);  // blocks 0, 1
+        const __m512i v1 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m1, wp + kVecBytes), flip);  // 2, 3
+        wa[r] = _mm512_shuffle_i64x2(v0, v1, _MM_SHUFFLE(2, 0, 2, 0));
+        wb[r] = _mm512_shuffle_i64x2(v0, v1, _MM_SHUFFLE(3, 1, 3, 1));
       }
-      dwe[r] = _mm512_permutexvar_ps(blk_of_lane, _mm512_loadu_ps(dwb[r] + j * kBpv));
+      dwe[r] = _mm512_permutexvar_ps(blk_of_lane, _mm512_loadu_ps(dwb[r] + j * 4));
     }
     for (int i = 0; i < MR; ++i) {
-      const int8_t* xp = c.xq + (t0 + i) * xrow + j * kXBytes;
-      const __m512i xa = _mm512_loadu_si512(xp);
-      const __m512i xb = INT4 ? _mm512_loadu_si512(xp + kVecBytes) : xa;
-      const __m512i init = INT4 ? _mm512_setzero_si512() : _mm512_loadu_si512(c.corr + (t0 + i) * lrow + j * 16);
+      const int8_t* xp = c.xq + (t0 + i) * c.nv * kUnit + j * kUnit;
+      const __m512i xa = _mm512_loadu_si512(xp), xb = _mm512_loadu_si512(xp + kVecBytes);
+      __m512i init = _mm512_setzero_si512();
+      if constexpr (!INT4) init = _mm512_loadu_si512(c.corr + (t0 + i) * lrow + j * 16);
       const __m512 dxe = _mm512_loadu_ps(c.dxe + (t0 + i) * lrow + j * 16);
       for (int r = 0; r < NR; ++r) {
-        __m512i p = _mm512_dpbusd_epi32(init, wa[r], xa);
-        if constexpr (INT4) p = _mm512_dpbusd_epi32(p, wb[r], xb);
+        const __m512i p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, wa[r], xa), wb[r], xb);
         acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dwe[r], dxe), acc[i][r]);
       }
     }
@@ -204,7 +208,7 @@ void range(const Ctx& c, const ops::WeightView& w, int64_t n0, int64_t n1) {
   const int64_t ng = c.K / w.group, bpg = w.group / ops::kQ8Block;
   const bool f16 = w.scale_dtype == DType::F16;
   const int64_t psize = f16 ? 2 : 4;
-  const int64_t nbw = c.nv * (c.int4 ? 4 : 2) + 16;
+  const int64_t nbw = c.nv * 4 + 16;
   const int64_t rows = n1 - n0;
   thread_local std::vector<float> dwb, owb;  // [rows, nbw], [rows, nbp]
   if (dwb.size() < size_t(rows * nbw)) dwb.resize(size_t(rows * nbw));
@@ -218,9 +222,12 @@ void range(const Ctx& c, const ops::WeightView& w, int64_t n0, int64_t n1) {
                    owb.data() + r * c.nbp, c.nbp);
   }
   const Panel pn{dwb.data(), c.int4 ? owb.data() : nullptr, nbw};
-  // Decode (T < 4): 4 weight rows per x row; prefill: 4 x rows x 2 weight rows (the int4
-  // tile needs 2 decoded registers a weight vector, so 4 x 4 would spill).
-  const int nr_max = c.T < kMaxMR ? 4 : 2;
+  // Decode (T < 4): one weight row at a time, so the task's rows are one sequential stream
+  // for the hardware prefetcher (as matmul-inl.h FusedRows; measured here on a 32000 x 768
+  // int8 head: 1.2 ms one row at a time, 2-3.7 ms with 2 or 4 rows side by side, though 4
+  // rows were ~15% faster on cache-resident weights). Prefill: 4 x rows x 3 weight rows
+  // (each weight row holds 2 operand registers a unit; 3 measured ~10% above 2 on int8).
+  const int nr_max = c.T < kMaxMR ? 1 : 3;
   for (int64_t tc = 0; tc < c.T; tc += kTChunk) {
     const int64_t te = std::min(c.T, tc + kTChunk);
     for (int64_t r0 = 0; r0 < rows; r0 += nr_max) {
@@ -239,10 +246,9 @@ void range(const Ctx& c, const ops::WeightView& w, int64_t n0, int64_t n1) {
 // quantizer's `x * id + 1.5 * 2^23` into one FMA, which rounds x * id differently and moves
 // values like 63.5 to the other integer - the reference's bits must come from plain code.
 void prepare_x(const float* x, Ctx& c, std::vector<int8_t>& xq, std::vector<int32_t>& corr,
-                       std::vector<float>& dxe, std::vector<float>& sx) {
+               std::vector<float>& dxe, std::vector<float>& sx) {
   const int64_t T = c.T, K = c.K, nb = c.nb, nv = c.nv;
-  const int64_t xrow = nv * (c.int4 ? 2 : 1) * kVecBytes, lrow = nv * 16;
-  const int64_t lanes_per_blk = c.int4 ? 4 : 8;
+  const int64_t xrow = nv * kUnit, lrow = nv * 16;
   xq.assign(size_t(T * xrow), 0);
   dxe.assign(size_t(T * lrow), 0.f);
   if (!c.int4) corr.assign(size_t(T * lrow), 0);
@@ -254,26 +260,28 @@ void prepare_x(const float* x, Ctx& c, std::vector<int8_t>& xq, std::vector<int3
   for (int64_t t = 0; t < T; ++t) {
     ops::detail::quantize_row_q8(x + t * K, K, q.data(), d.data(), s.data());
     int8_t* out = xq.data() + t * xrow;  // [xrow]
+    // Column k: unit j = k / 128, block b = (k % 128) / 32, column i in the block. int4: the
+    // byte of its nibble (i / 2) in xa (even i) or xb (odd i); int8: byte i % 16 of xa (i < 16)
+    // or xb. Block b takes bytes 16 b .. 16 b + 15 of each (128-bit lane b).
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t j = k / kUnit, b = (k % kUnit) / 32, i = k % 32;
+      const int64_t pos = c.int4 ? (i & 1) * 64 + i / 2 : (i / 16) * 64 + i % 16;
+      out[j * kUnit + pos + b * 16] = q[size_t(k)];
+    }
     if (c.int4) {
-      // Column k of vector j = k / 128: block b = (k % 128) / 32, column i in it -> the byte
-      // of its nibble (i / 2 in the block's 16) in xlo (even i) or xhi (odd i).
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t j = k / 128, b = (k % 128) / 32, i = k % 32;
-        out[j * 128 + (i & 1) * 64 + b * 16 + i / 2] = q[size_t(k)];
-      }
       std::copy(s.begin(), s.begin() + nb, sx.begin() + t * c.nbp);
     } else {
-      std::copy(q.begin(), q.begin() + K, out);
-      // -128 * (sum of each lane's 4 bytes): the accumulator start that undoes the weights' +128.
+      // -128 * (sum of the 8 x bytes of each lane): the start that undoes the weights' +128.
       int32_t* cr = corr.data() + t * lrow;  // [lrow]
-      for (int64_t l = 0; l < K / 4; ++l)
-        cr[l] = -128 * (int32_t(out[4 * l]) + out[4 * l + 1] + out[4 * l + 2] + out[4 * l + 3]);
+      for (int64_t l = 0; l < lrow; ++l) {
+        const int8_t* a = out + (l / 16) * kUnit + (l % 16) * 4;  // lane l's 4 bytes of xa
+        int32_t sum = 0;
+        for (int e = 0; e < 4; ++e) sum += int32_t(a[e]) + a[kVecBytes + e];
+        cr[l] = -128 * sum;
+      }
     }
     float* de = dxe.data() + t * lrow;  // [lrow]
-    for (int64_t l = 0; l < lrow; ++l) {
-      const int64_t b = l / lanes_per_blk;  // = j * blocks-per-vector + lane-in-vector / lanes_per_blk
-      de[l] = b < nb ? d[size_t(b)] : 0.f;
-    }
+    for (int64_t l = 0; l < lrow; ++l) de[l] = l / 4 < nb ? d[size_t(l / 4)] : 0.f;
   }
 }
 
@@ -291,9 +299,13 @@ void matmul_q8act_vnni(const float* x, int64_t T, const ops::WeightView& w, cons
   c.int4 = w.dtype == DType::U4;
   c.T = T, c.N = N, c.K = K, c.nb = K / ops::kQ8Block, c.nbp = (c.nb + 15) / 16 * 16;
   c.w_row_bytes = c.int4 ? K / 2 : K;
-  c.nv = (c.w_row_bytes + kVecBytes - 1) / kVecBytes;
-  const int64_t tail_bytes = c.w_row_bytes - (c.nv - 1) * kVecBytes;  // 1 .. 64
-  c.tail = tail_bytes == 64 ? ~__mmask64(0) : (__mmask64(1) << tail_bytes) - 1;
+  c.nv = (K + kUnit - 1) / kUnit;
+  // Bytes of the last unit's first and second 64-byte loads (int4: only the first).
+  const int64_t rem = c.w_row_bytes - (c.nv - 1) * (c.int4 ? kVecBytes : 2 * kVecBytes);
+  const auto mask = [](int64_t bytes) {
+    return bytes >= 64 ? ~__mmask64(0) : bytes <= 0 ? __mmask64(0) : (__mmask64(1) << bytes) - 1;
+  };
+  c.tail0 = mask(rem), c.tail1 = mask(rem - kVecBytes);
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<int32_t> corr;
   thread_local std::vector<float> dxe, sx;

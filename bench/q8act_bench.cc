@@ -1,0 +1,71 @@
+// Speed of the q8-activation matmul (ops/matmul_q8act.h) on the benchmark model's shapes:
+// the AVX512-VNNI kernel, the Highway kernel, and the exact f32-activation kernel on the same
+// int8 / int4 weight (G = 32, F16 scales). The three alternate in rounds, best of `reps` each,
+// in one process (the machine is shared: compare within a run, and note the load).
+//
+//   TINYLOOP_NUM_THREADS=1 build-cpu/bench/q8act_bench
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <functional>
+#include <vector>
+
+#include "cpu/kernels.h"
+#include "cpu/matmul_q8act_vnni.h"
+#include "cpu/thread_pool.h"
+#include "ops/test_util.h"
+#include "ops/weight_quant_test_util.h"
+
+namespace {
+using namespace tinyloop;
+
+double process_cpu_s() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+void q8_case(const char* what, int64_t T, int64_t K, int64_t N, DType dt, int reps) {
+  const auto st = ops::testing::store_quant(ops::testing::random_floats(size_t(N * K), 1, -0.05f, 0.05f),
+                                            N, K, dt, 32, DType::F16);
+  const ops::WeightView w = st.view();
+  const auto x = ops::testing::random_floats(size_t(T * K), 2);  // [T, K]
+  std::vector<float> y(size_t(T * N));                            // [T, N]
+  const bool vnni = cpu::detail::vnni_supported();
+  const char* names[3] = {"vnni", "highway", "f32-act"};
+  const std::function<void()> run[3] = {
+      [&] { cpu::detail::matmul_q8act_vnni(x.data(), T, w, nullptr, y.data()); },
+      [&] { cpu::detail::matmul_q8act_hwy(x.data(), T, w, nullptr, y.data()); },
+      [&] { cpu::matmul(x.data(), T, w, nullptr, y.data()); }};
+  double wall[3] = {1e30, 1e30, 1e30}, cpu_s[3] = {1e30, 1e30, 1e30};
+  for (int round = 0; round < 3; ++round)
+    for (int k = vnni ? 0 : 1; k < 3; ++k) {
+      run[k]();  // warm-up: scratch buffers, caches
+      for (int i = 0; i < reps; ++i) {
+        const double c0 = process_cpu_s();
+        const auto t0 = std::chrono::steady_clock::now();
+        run[k]();
+        wall[k] = std::min(wall[k], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        cpu_s[k] = std::min(cpu_s[k], process_cpu_s() - c0);
+      }
+    }
+  const double flops = 2.0 * double(T * N * K);
+  for (int k = vnni ? 0 : 1; k < 3; ++k)
+    std::printf("%-7s %-2s T=%-4lld K=%-5lld N=%-5lld %-8s %8.3f ms  %7.1f GFLOP/s  | per CPU-s %7.1f GFLOP/s\n",
+                what, dtype_name(dt), (long long)T, (long long)K, (long long)N, names[k], wall[k] * 1e3,
+                flops / wall[k] / 1e9, flops / cpu_s[k] / 1e9);
+}
+
+}  // namespace
+
+int main() {
+  std::printf("%d threads, VNNI %s\n", cpu::num_threads(), cpu::detail::vnni_supported() ? "yes" : "no");
+  for (DType dt : {DType::I8, DType::U4}) {
+    q8_case("prefill", 512, 768, 2048, dt, 3);
+    q8_case("prefill", 512, 2048, 768, dt, 3);
+    q8_case("decode", 1, 768, 2048, dt, 50);
+    q8_case("decode", 1, 2048, 768, dt, 50);
+    q8_case("decode", 1, 768, 32000, dt, 10);
+  }
+  return 0;
+}
