@@ -5,8 +5,10 @@
 //
 //   build-cpu/bench/cpu_kernels_bench            # all cases, threads from TINYLOOP_NUM_THREADS
 //   TINYLOOP_NUM_THREADS=1 build-cpu/bench/cpu_kernels_bench
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <functional>
 #include <random>
@@ -15,6 +17,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
+#include "ops/matmul_bf16dot.h"
 #include "ops/reference.h"
 
 namespace {
@@ -86,6 +89,40 @@ void matmul_case(const char* what, int64_t T, int64_t K, int64_t N, DType dt, in
   }
 }
 
+// The reduced-precision matmul (ops/matmul_bf16dot.h) on the packed BF16 copy of a BF16
+// weight, AVX512-BF16 and portable kernels, beside the exact-f32 kernel on the same weight;
+// rounds of the three alternate, best of `reps` each.
+void bf16dot_case(const char* what, int64_t T, int64_t K, int64_t N, int reps) {
+  std::mt19937 rng(1);
+  const Weight w = random_weight(N, K, DType::BF16, rng);
+  std::vector<uint32_t> packed(size_t(ops::bf16dot_packed_words(N, K)));  // [N/64, K/2, 64]
+  ops::pack_bf16dot(w.view, packed.data());
+  ops::WeightView wb = w.view;
+  wb.bf16dot = packed.data();
+  std::vector<float> x(size_t(T * K), 0.5f), y(size_t(T * N));
+  const double flops = 2.0 * double(T * N * K), bytes = double(N * K) * 2.0;
+  const char* names[3] = {"f32-fma", "bf16dot", "portable"};
+  double wall[3] = {1e30, 1e30, 1e30}, cpu_s[3] = {1e30, 1e30, 1e30};
+  for (int round = 0; round < 3; ++round)
+    for (int k = 0; k < 3; ++k) {
+      cpu::set_bf16dot_portable(k == 2);
+      const auto [wl, c] = time_best(
+          [&] {
+            if (k == 0) cpu::matmul(x.data(), T, w.view, nullptr, y.data());
+            else cpu::matmul_bf16dot(x.data(), T, wb, nullptr, y.data());
+          },
+          reps);
+      wall[k] = std::min(wall[k], wl);
+      cpu_s[k] = std::min(cpu_s[k], c);
+    }
+  cpu::set_bf16dot_portable(false);
+  for (int k = 0; k < 3; ++k)
+    std::printf("matmul %-8s BF16 T=%-4lld K=%-5lld N=%-6lld %-8s %8.3f ms  %7.1f GFLOP/s  %6.1f GB/s weights"
+                "  | per CPU-s: %7.1f GFLOP/s\n",
+                what, (long long)T, (long long)K, (long long)N, names[k], wall[k] * 1e3,
+                flops / wall[k] / 1e9, bytes / wall[k] / 1e9, flops / cpu_s[k] / 1e9);
+}
+
 void attention_case(int64_t T, int64_t ctx, int reps) {
   const int64_t H = 12, hd = 64;
   std::mt19937 rng(2);
@@ -126,14 +163,24 @@ void attention_case(int64_t T, int64_t ctx, int reps) {
 
 int main() {
   std::printf("SIMD target %s, %d threads\n", cpu::simd_target_name().c_str(), cpu::num_threads());
-  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
-    // Prefill: a 512-token prompt through the up projection (weights reused across rows).
-    matmul_case("prefill", 512, 768, 2048, dt, 3);
-    // Decode: one token through the FFN up projection (cache-resident: the kernel's speed)
-    // and through the 32000 x 768 head (49-98 MB: streamed from memory).
-    matmul_case("decode", 1, 768, 2048, dt, 50);
-    matmul_case("decode", 1, 768, 32000, dt, 10);
+  // TINYLOOP_BENCH_BF16DOT_ONLY=1: only the reduced-precision matmul cases.
+  const bool bf16dot_only = std::getenv("TINYLOOP_BENCH_BF16DOT_ONLY") != nullptr;
+  if (!bf16dot_only) {
+    for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+      // Prefill: a 512-token prompt through the up projection (weights reused across rows).
+      matmul_case("prefill", 512, 768, 2048, dt, 3);
+      // Decode: one token through the FFN up projection (cache-resident: the kernel's speed)
+      // and through the 32000 x 768 head (49-98 MB: streamed from memory).
+      matmul_case("decode", 1, 768, 2048, dt, 50);
+      matmul_case("decode", 1, 768, 32000, dt, 10);
+    }
   }
+  std::printf("bf16 dot-product kernel: %s\n", cpu::bf16dot_kernel_name().c_str());
+  bf16dot_case("prefill", 512, 768, 2048, 3);
+  bf16dot_case("prefill", 512, 2048, 768, 3);
+  bf16dot_case("decode", 1, 768, 2048, 50);
+  bf16dot_case("decode", 1, 2048, 768, 50);
+  if (bf16dot_only) return 0;
   attention_case(512, 512, 3);
   attention_case(1, 2048, 20);
   return 0;

@@ -27,6 +27,16 @@ void matmul(const float* x, int64_t T, const ops::WeightView& w, const float* bi
 // y[T, N] with x quantized per 32 as llama.cpp does (ops/matmul_q8act.h), int8 / int4 weights.
 void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y);
 
+// The reduced-precision matmul of ops/matmul_bf16dot.h (x rounded to bf16, the packed BF16
+// copy w.bf16dot, float32 sums): the spec's bits, by vdpbf16ps when the CPU has AVX512-BF16,
+// else by a portable Highway kernel. Packed panels of 64 columns are split across the pool.
+// Throws std::invalid_argument when w.bf16dot is null.
+void matmul_bf16dot(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y);
+// Which kernel matmul_bf16dot runs now: "avx512bf16" or "portable-<Highway target>".
+std::string bf16dot_kernel_name();
+// true: run the portable kernel even on an AVX512-BF16 CPU (tests, benchmarks).
+void set_bf16dot_portable(bool on);
+
 // Causal attention, same contract as ops::attention. (query row, kv head) pairs are split
 // across the thread pool.
 void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "cpu/kernels.h"
+#include "ops/matmul_bf16dot.h"
 #include "ops/matmul_q8act.h"
 #include "ops/ops.h"
 #include "ops/reference.h"
@@ -35,6 +36,7 @@ void set_force_scalar(bool on) { g_force_scalar.store(on ? 1 : 0); }
 bool force_scalar() { return scalar(); }
 
 void matmul(const float* x, int64_t T, const WeightView& w, const float* bias, float* y) {
+  if (w.bf16dot) return matmul_bf16dot(x, T, w, bias, y);
   if (w.act_q8 && q8act_applies(w)) return matmul_q8act(x, T, w, bias, y);
   if (scalar()) return ref::matmul(x, T, w, bias, y);
   cpu::matmul(x, T, w, bias, y);
@@ -43,6 +45,11 @@ void matmul(const float* x, int64_t T, const WeightView& w, const float* bias, f
 void matmul_q8act(const float* x, int64_t T, const WeightView& w, const float* bias, float* y) {
   if (scalar()) return ref::matmul_q8act(x, T, w, bias, y);
   cpu::matmul_q8act(x, T, w, bias, y);
+}
+
+void matmul_bf16dot(const float* x, int64_t T, const WeightView& w, const float* bias, float* y) {
+  if (scalar()) return ref::matmul_bf16dot(x, T, w, bias, y);
+  cpu::matmul_bf16dot(x, T, w, bias, y);
 }
 
 void weight_row_to_f32(const WeightView& w, int64_t row, float* out) {

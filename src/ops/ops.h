@@ -34,6 +34,10 @@ struct WeightView {
   // I8 / U4 only: matmul quantizes x per 32 columns as llama.cpp does (ops/matmul_q8act.h)
   // when the group allows it (a multiple of 32); set per Model (quant_activations="q8"; default "f32").
   bool act_q8 = false;
+  // Optional BF16 copy of W packed for the reduced-precision matmul (ops/matmul_bf16dot.h,
+  // TINYLOOP_EXPERIMENTAL_FP16_BODY): when set, matmul rounds x to bf16 and multiplies it by
+  // this copy instead of `data`. [ceil(N / 64), ceil(K / 2), 64] uint32 (pairs of bf16).
+  const uint32_t* bf16dot = nullptr;
 };
 
 // y[T, N] = x[T, K] @ W[N, K]^T (+ bias[N] when bias != nullptr). Accumulates in float.

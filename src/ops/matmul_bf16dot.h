@@ -1,0 +1,88 @@
+// Reduced-precision matmul (the loop body of TINYLOOP_EXPERIMENTAL_FP16_BODY, docs/benchmarks.md
+// "Reduced-precision loop body"): y[T, N] = bf16(x)[T, K] @ Wb[N, K]^T (+ bias[N]), with Wb a
+// BF16 copy of the weight, packed at load time into the layout the AVX512-BF16 dot-product
+// instruction (vdpbf16ps) consumes, and every product accumulated in float32.
+//
+// The arithmetic of one output element (the spec; the SIMD kernels of cpu/matmul_bf16dot*.cc
+// give these bits exactly, see "Exactness" below):
+//   xb[k]  = bf16(x[t, k])  round to nearest even, a subnormal x read as zero; xb[k] = 0 for k >= K
+//   wb[k]  = Wb[n, k]                                                      wb[k] = 0 for k >= K
+//   acc    = +0
+//   for i = 0 .. ceil(K / 2) - 1:      (pairs of columns, in order)
+//     acc = acc + xb[2i + 1] * wb[2i + 1]      (the odd column first: vdpbf16ps does)
+//     acc = acc + xb[2i] * wb[2i]
+//   y[t, n] = acc (+ bias[n])
+// Each product of two bf16 values is exact in float32, so every step rounds once (round to
+// nearest even). This order is what vdpbf16ps computes per lane on Zen 4 (checked on
+// 3.2 million random lanes: all equal to it, ~7 % differ from the even-first order) and on
+// Intel (the SDM's pseudo-code). It is one sequential chain per element: nothing depends on
+// T, N, the tile or the thread (batch invariance, cpu/kernels.h).
+//
+// Exactness: vdpbf16ps also treats subnormal inputs as zero (none occur: x and Wb are both
+// flushed when rounded, below) and flushes subnormal results to zero, which the float
+// arithmetic of the reference and of the portable kernel does not; an element can differ
+// only where a running sum falls below 2^-126 (~1.2e-38) in magnitude. Otherwise all three
+// agree bit for bit (the tests check it on random data).
+//
+// Packed weight layout (kBf16DotPanel = 64 output columns per panel, K2 = ceil(K / 2)):
+//   packed[(p * K2 + i) * 64 + c] = wb[p * 64 + c][2i] | wb[p * 64 + c][2i + 1] << 16   (uint32)
+// for p < ceil(N / 64): one panel is [K2, 64] pairs, contiguous, so a decode streams the
+// matrix front to back once and a prefill tile loads one 64-byte vector of 16 columns' pairs
+// per step. Columns n >= N of the last panel and k >= K are zero. Bytes:
+// ceil(N / 64) * 64 * K2 * 4 (= 2 N K bytes when 64 divides N and K is even).
+#pragma once
+#include <bit>
+#include <cstdint>
+
+#include "ops/ops.h"
+
+namespace tinyloop::ops {
+
+constexpr int64_t kBf16DotPanel = 64;  // output columns per packed panel
+
+// uint32 words of a packed [N, K] weight.
+inline int64_t bf16dot_packed_words(int64_t N, int64_t K) {
+  return (N + kBf16DotPanel - 1) / kBf16DotPanel * kBf16DotPanel * ((K + 1) / 2);
+}
+
+// float -> bf16 as the spec rounds x and the weights: a subnormal (|f| < 2^-126) becomes a
+// signed zero, then round to nearest even by the bias trick (ops/convert_inl.h); nan stays a
+// quiet nan, overflow rounds to inf. Selects instead of branches so a row loop vectorizes
+// (x is rounded on every call: T * K values).
+inline uint16_t round_bf16_ftz(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f), a = u & 0x7fffffffu;
+  const uint32_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t r = a > 0x7f800000u ? (u >> 16) | 0x0040u : rne;
+  return uint16_t(a < 0x00800000u ? (u >> 16) & 0x8000u : r);
+}
+
+// Packs a F32 / F16 / BF16 weight view [N, K] into out[bf16dot_packed_words(N, K)], each
+// value rounded by round_bf16_ftz (exact for BF16 weights except subnormals). Throws
+// std::invalid_argument for a quantized or empty view.
+void pack_bf16dot(const WeightView& w, uint32_t* out);
+
+// x[T, K] -> xp[T, ceil(K / 2)]: each row rounded by round_bf16_ftz and paired as the packed
+// weights are (even column in the low half; past an odd K the high half is zero).
+inline void round_rows_bf16dot(const float* x, int64_t T, int64_t K, uint32_t* xp) {
+  const int64_t K2 = (K + 1) / 2;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xr = x + t * K;  // [K]
+    uint32_t* out = xp + t * K2;  // [K2]
+#pragma omp simd
+    for (int64_t i = 0; i < K / 2; ++i)
+      out[i] = uint32_t(round_bf16_ftz(xr[2 * i])) | uint32_t(round_bf16_ftz(xr[2 * i + 1])) << 16;
+    if (K % 2) out[K2 - 1] = round_bf16_ftz(xr[K - 1]);
+  }
+}
+
+namespace ref {
+// The spec above, as plain loops: x [T, K], w a view with bf16dot set ([N, K], the packed
+// copy), bias [N] or null, y [T, N]. Throws std::invalid_argument when w.bf16dot is null.
+void matmul_bf16dot(const float* x, int64_t T, const WeightView& w, const float* bias, float* y);
+}  // namespace ref
+
+// The dispatched op (the SIMD kernel unless TINYLOOP_FORCE_SCALAR), same contract as
+// ref::matmul_bf16dot. ops::matmul calls it for views with bf16dot set.
+void matmul_bf16dot(const float* x, int64_t T, const WeightView& w, const float* bias, float* y);
+
+}  // namespace tinyloop::ops
