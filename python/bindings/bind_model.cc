@@ -86,6 +86,7 @@ py::dict config_dict(const Engine& e) {
   d["eos_ids"] = c.eos_ids;
   d["kv_mode"] = e.kv_mode();
   d["quant_activations"] = e.quant_activations();
+  d["fp16_body"] = e.fp16_body();
   d["kv_cache_disabled"] = e.kv_cache_disabled();
   return d;
 }
@@ -108,7 +109,7 @@ void bind_model(py::module_& m, ModelClass& cls) {
   cls.doc() = R"doc(
 A loaded looped-transformer model (.tinyloop file, memory-mapped).
 
-Model(path, max_seq_len=None, kv_mode=None, quant_activations=None)
+Model(path, max_seq_len=None, kv_mode=None, quant_activations=None, fp16_body=None)
   max_seq_len: longest prompt + generated tokens a call may use (default: the config's).
   kv_mode: KV storage of generation (docs/kv-cache.md): "fp16" (default), "fp32", "int8", or
     store-h "h_fp16" / "h_int8" / "h_int4" (keeps each attention input, rebuilds K/V);
@@ -116,13 +117,17 @@ Model(path, max_seq_len=None, kv_mode=None, quant_activations=None)
   quant_activations: "f32" (default) keeps the input rows of int8 / int4 weight matmuls
     exact; "q8" quantizes them to int8 per 32 columns with integer dot products, as
     llama.cpp does (docs/model-format.md). TINYLOOP_QUANT_ACTIVATIONS sets the default.
+  fp16_body: True runs the loop body's float (F32 / F16 / BF16) matmuls in reduced precision:
+    inputs rounded to bf16, a packed BF16 copy of those weights (extra memory, counted in
+    vram_usage_mb), float32 sums (docs/benchmarks.md "Reduced-precision loop body").
+    TINYLOOP_EXPERIMENTAL_FP16_BODY=1 sets the default.
 Use as a context manager or call close(); any call after close() raises RuntimeError.
 One Model may be used from several Python threads at once (the GIL is released during compute).
 )doc";
   cls.def(py::init<const std::string&, std::optional<int64_t>, std::optional<std::string>,
-                    std::optional<std::string>>(),
+                    std::optional<std::string>, std::optional<bool>>(),
            py::arg("path"), py::arg("max_seq_len") = py::none(), py::arg("kv_mode") = py::none(),
-           py::arg("quant_activations") = py::none())
+           py::arg("quant_activations") = py::none(), py::arg("fp16_body") = py::none())
       .def("close", &PyModel::close, "Release the model. Later calls raise RuntimeError.")
       .def_property_readonly("closed", &PyModel::closed)
       .def("__enter__", [](std::shared_ptr<PyModel> self) { self->engine(); return self; })
@@ -271,11 +276,11 @@ One Model may be used from several Python threads at once (the GIL is released d
 
   m.def("load",
         [](const std::string& path, std::optional<int64_t> max_seq_len, std::optional<std::string> kv_mode,
-           std::optional<std::string> quant_activations) {
-          return std::make_shared<PyModel>(path, max_seq_len, kv_mode, quant_activations);
+           std::optional<std::string> quant_activations, std::optional<bool> fp16_body) {
+          return std::make_shared<PyModel>(path, max_seq_len, kv_mode, quant_activations, fp16_body);
         },
         py::arg("path"), py::arg("max_seq_len") = py::none(), py::arg("kv_mode") = py::none(),
-        py::arg("quant_activations") = py::none(),
+        py::arg("quant_activations") = py::none(), py::arg("fp16_body") = py::none(),
         "Alias of Model(path, ...).");
 }
 

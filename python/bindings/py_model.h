@@ -18,11 +18,13 @@ class PyModel {
  public:
   PyModel(const std::string& path, std::optional<int64_t> max_seq_len,
           std::optional<std::string> kv_mode,
-          std::optional<std::string> quant_activations = std::nullopt) {
+          std::optional<std::string> quant_activations = std::nullopt,
+          std::optional<bool> fp16_body = std::nullopt) {
     runtime::EngineOptions o;
     o.max_seq_len = max_seq_len;
     o.kv_mode = kv_mode;
     o.quant_activations = quant_activations;
+    o.fp16_body = fp16_body;
     py::gil_scoped_release nogil;
     engine_ = std::make_shared<Engine>(path, o);
   }

@@ -4,6 +4,7 @@
     tinyloop bench -p 512 -n 128 -L 1,8,32 -t 1,2 --weight-dtype f32,f16,bf16,int8,int4 -r 5
     tinyloop bench --kernels simd,scalar           # A/B against the scalar reference, one run
     tinyloop bench --model my.tinyloop -d 0,1024 --json
+    tinyloop bench --weight-dtype f32,bf16 --fp16-body off,on   # reduced-precision loop body A/B
 
 ppN: tokens/s of the prefill of an N-token prompt (one forward over all N tokens, fp16 KV,
 as generation does). tgN: tokens/s of N greedy decode steps (one token each, sampling
@@ -159,6 +160,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernels", type=_strs, default=["simd"],
                    help="simd,scalar: kernel sets to compare (scalar runs at the lowest --threads only: "
                         "it is single-threaded)")
+    p.add_argument("--fp16-body", type=_strs, default=None,
+                   help="off,on: Model(fp16_body=...) settings to compare, interleaved like the rest "
+                        "(on: the loop body's float matmuls in bf16, docs/benchmarks.md; default: "
+                        "the Model's default, TINYLOOP_EXPERIMENTAL_FP16_BODY)")
     p.add_argument("-r", "--repetitions", type=int, default=3)
     p.add_argument("--json", action="store_true", help="print one JSON array instead of the table")
     p.add_argument("--cache-dir", default=None, help="where generated benchmark models are kept")
@@ -177,19 +182,24 @@ def run(args) -> int:
             if d not in WEIGHT_DTYPES:
                 raise ValueError(f"--weight-dtype: {d!r} is not one of {', '.join(WEIGHT_DTYPES)}")
         paths = {d: bench_model_path(d, args.cache_dir) for d in args.weight_dtype}
+    for b in args.fp16_body or []:
+        if b not in ("off", "on"):
+            raise ValueError(f"--fp16-body: {b!r} is not off or on")
+    bodies = [b == "on" for b in args.fp16_body] if args.fp16_body else [None]
     threads0 = tl.get_num_threads()
     thread_list = args.threads or [threads0]
 
     models = {}
     try:
-        for key, path in paths.items():
+        for path_key, path in paths.items():
             need = max(args.depth) + max(args.n_prompt + [0]) + max(args.n_gen + [0]) + 2
-            models[key] = tl.Model(path, max_seq_len=need)
+            for body in bodies:
+                models[path_key, body] = tl.Model(path, max_seq_len=need, fp16_body=body)
         # Every configuration, and every test of it.
         configs = []
         for key, model in models.items():
             cfg = model.config()
-            header = read_header(paths[key])
+            header = read_header(paths[key[0]])
             for L in args.loops or [cfg["default_loops"]]:
                 work = Work(header, cfg, L)
                 for t in thread_list:
@@ -227,7 +237,8 @@ def run(args) -> int:
     for c in configs:
         w, s = c["work"], c["samples"]
         mean = statistics.fmean(s)
-        row = dict(model=os.path.basename(paths[c["key"]]), weight_dtype=w.dtype, loops=c["L"],
+        row = dict(model=os.path.basename(paths[c["key"][0]]), weight_dtype=w.dtype,
+                   fp16_body=c["work"].cfg["fp16_body"], loops=c["L"],
                    threads=c["threads"], kernels=c["kernels"],
                    simd_target=info["simd_target"] if c["kernels"] == "simd" else "scalar",
                    test=c["test"], depth=c["depth"], avg_ts=mean,
@@ -250,7 +261,8 @@ def run(args) -> int:
         test = r["test"] + (f" @ d{r['depth']}" if r["depth"] else "")
         hw = (f"{r['weight_gb_s']:.1f} GB/s weights" if "weight_gb_s" in r
               else f"{r['gflop_s']:.1f} GFLOP/s")
-        print(f"| {r['model']} | {r['weight_dtype']} | {r['loops']} | {r['threads']} | "
+        wtype = r["weight_dtype"] + (" (bf16 body)" if r["fp16_body"] else "")
+        print(f"| {r['model']} | {wtype} | {r['loops']} | {r['threads']} | "
               f"{r['simd_target'] if r['kernels'] == 'simd' else 'scalar'} | {test} | "
               f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f} | {hw} |")
     return 0

@@ -9,9 +9,13 @@
 
 namespace tinyloop::model {
 
-LoopedModel::LoopedModel(std::shared_ptr<const ModelFile> file, bool act_q8)
+LoopedModel::LoopedModel(std::shared_ptr<const ModelFile> file, bool act_q8, bool bf16_body)
     : file_(std::move(file)), cfg_(file_->config()), w_(bind_weights(*file_)) {
   set_activation_q8(w_, act_q8);
+  if (bf16_body) {
+    bf16_copies_ = set_loop_bf16dot(w_);
+    bf16_tracked_ = TrackedBytes(&memory_, bf16_copies_.bytes);
+  }
 }
 
 void LoopedModel::prelude(const int32_t* tokens, const int64_t* pos, int64_t T, KvCache& kv,

@@ -23,14 +23,19 @@ enum class LogitRows { Last, All };
 
 class LoopedModel {
  public:
-  // act_q8: int8 activations for the int8/int4 weight matmuls (set_activation_q8), fixed
-  // for the model's lifetime.
-  explicit LoopedModel(std::shared_ptr<const ModelFile> file, bool act_q8 = false);
+  // act_q8: int8 activations for the int8/int4 weight matmuls (set_activation_q8); bf16_body:
+  // the loop body's float weights get packed BF16 copies and bf16 dot-product matmuls
+  // (set_loop_bf16dot, TINYLOOP_EXPERIMENTAL_FP16_BODY; the copies count in memory()). Both
+  // fixed for the model's lifetime.
+  explicit LoopedModel(std::shared_ptr<const ModelFile> file, bool act_q8 = false,
+                       bool bf16_body = false);
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
   const ModelFile& file() const { return *file_; }
   MemoryTracker& memory() const { return memory_; }
+  // Bytes of the packed BF16 copies (0 unless bf16_body).
+  int64_t bf16_body_bytes() const { return bf16_copies_.bytes; }
 
   // x[T, D] = pre_blocks(embed[tokens] * embed_scale (+ pos_emb[pos])). Writes pre slots.
   // trace (optional, for score_trajectory): [1 + n_pre_blocks, T, D] receives the embedding,
@@ -64,6 +69,8 @@ class LoopedModel {
   const ModelConfig& cfg_;
   ModelWeights w_;
   mutable MemoryTracker memory_;
+  Bf16DotCopies bf16_copies_;   // the views of w_ point into these
+  TrackedBytes bf16_tracked_;   // their bytes, in memory_
 };
 
 }  // namespace tinyloop::model

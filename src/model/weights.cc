@@ -1,7 +1,9 @@
 #include "model/weights.h"
 
+#include <new>
 #include <string>
 
+#include "ops/matmul_bf16dot.h"
 #include "tinyloop/errors.h"
 
 namespace tinyloop::model {
@@ -118,6 +120,29 @@ void set_activation_q8(ModelWeights& w, bool q8) {
   mark(w.inject);
   mark(w.exit_gate);
   w.head.act_q8 = q8;
+}
+
+void Bf16DotCopies::AlignedFree::operator()(uint32_t* p) const {
+  ::operator delete[](p, std::align_val_t{64});
+}
+
+Bf16DotCopies set_loop_bf16dot(ModelWeights& w) {
+  Bf16DotCopies c;
+  auto copy = [&c](Linear& l) {
+    const DType t = l.w.dtype;
+    if (!l.w.data || (t != DType::F32 && t != DType::F16 && t != DType::BF16)) return;
+    const int64_t words = ops::bf16dot_packed_words(l.w.rows, l.w.cols);
+    std::unique_ptr<uint32_t[], Bf16DotCopies::AlignedFree> p(static_cast<uint32_t*>(
+        ::operator new[](size_t(words) * sizeof(uint32_t), std::align_val_t{64})));
+    ops::pack_bf16dot(l.w, p.get());
+    l.w.bf16dot = p.get();
+    c.bytes += words * int64_t(sizeof(uint32_t));
+    c.buf.push_back(std::move(p));
+  };
+  for (LayerWeights& L : w.loop)
+    for (Linear* l : {&L.wqkv, &L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) copy(*l);
+  copy(w.inject);
+  return c;
 }
 
 }  // namespace tinyloop::model

@@ -57,4 +57,21 @@ ModelWeights bind_weights(const ModelFile& file);
 // matmul op applies it only to int8/int4 weights with a group that is a multiple of 32.
 void set_activation_q8(ModelWeights& w, bool q8);
 
+// Packed BF16 copies of weights for the reduced-precision matmul (ops/matmul_bf16dot.h),
+// 64-byte aligned, owned here; the views that use them point into `buf`.
+struct Bf16DotCopies {
+  struct AlignedFree {
+    void operator()(uint32_t* p) const;
+  };
+  std::vector<std::unique_ptr<uint32_t[], AlignedFree>> buf;  // each [ceil(N / 64), ceil(K / 2), 64]
+  int64_t bytes = 0;                                           // sum of their sizes
+};
+
+// TINYLOOP_EXPERIMENTAL_FP16_BODY: gives every F32 / F16 / BF16 matmul weight of the loop
+// body - the loop layers and the inject projection, which run L times a token - a packed
+// BF16 copy and points its view at it (ops::WeightView::bf16dot), so those matmuls round
+// their input rows to bf16 and use vdpbf16ps. int8 / int4 weights, pre / post blocks, the
+// head and the exit gate are left as they are. The returned copies must outlive w.
+Bf16DotCopies set_loop_bf16dot(ModelWeights& w);
+
 }  // namespace tinyloop::model

@@ -22,6 +22,10 @@ struct EngineOptions {
   // input rows: exact, or quantized per 32 columns as llama.cpp does (ops/matmul_q8act.h).
   // Default from env TINYLOOP_QUANT_ACTIVATIONS (docs/model-format.md says why f32).
   std::optional<std::string> quant_activations;
+  // true: the loop body's float matmuls run in reduced precision (x and a packed BF16 copy
+  // of the weights, float32 sums: ops/matmul_bf16dot.h, docs/benchmarks.md "Reduced-precision
+  // loop body"). Default from env TINYLOOP_EXPERIMENTAL_FP16_BODY (1 = on).
+  std::optional<bool> fp16_body;
 };
 
 class Engine {
@@ -35,6 +39,7 @@ class Engine {
   ops::KvDType kv_dtype() const { return kv_dtype_; }
   std::string kv_mode() const;  // "fp16" | "fp32" | "int8"
   std::string quant_activations() const { return act_q8_ ? "q8" : "f32"; }
+  bool fp16_body() const { return fp16_body_; }
   // TINYLOOP_DISABLE_KV_CACHE=1 at creation: every decode step re-runs the whole prefix.
   bool kv_cache_disabled() const { return kv_cache_disabled_; }
   // Weights + live caches + live workspaces, in MiB.
@@ -77,6 +82,7 @@ class Engine {
   ops::KvDType kv_dtype_ = ops::KvDType::F16;
   bool kv_cache_disabled_ = false;
   bool act_q8_ = false;
+  bool fp16_body_ = false;
 };
 
 }  // namespace tinyloop::runtime
