@@ -67,5 +67,14 @@ int main() {
     q8_case("decode", 1, 2048, 768, dt, 50);
     q8_case("decode", 1, 768, 32000, dt, 10);
   }
+  // SmolLM2-135M's shapes (hidden 576, FFN 1536, 49152-row tied head; K = 576 is 4.5 units
+  // of 128 columns, so the VNNI kernel pads the last one).
+  for (DType dt : {DType::I8, DType::U4}) {
+    q8_case("smol-pp", 512, 576, 1536, dt, 3);
+    q8_case("smol-pp", 512, 1536, 576, dt, 3);
+    q8_case("smol-tg", 1, 576, 1536, dt, 50);
+    q8_case("smol-tg", 1, 1536, 576, dt, 50);
+  }
+  q8_case("smol-tg", 1, 576, 49152, DType::I8, 10);
   return 0;
 }

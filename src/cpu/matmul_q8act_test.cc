@@ -5,6 +5,7 @@
 // in a batch, a weight row alone = the row among others).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -167,6 +168,32 @@ TEST(CpuQ8ActVnni, ExactOnExtremeValues) {
       check_vnni(st, x, T, std::vector<float>(size_t(N), 0.25f));
       if (HasFatalFailure()) return;
     }
+}
+
+// The VNNI kernel quantizes x in vectors: its q and d must be the reference's bit for bit.
+// One-hot int8 rows with scale 1 make y[t, n] = d_x * q[t, n] with a single rounding in both
+// kernels, so any rounding flip (x * id landing on .5) or scale difference shows as unequal
+// bits. x holds many exact halves (amax * (m + 0.5) / 127), randoms, zeros and a zero block.
+TEST(CpuQ8ActVnni, QuantizesLikeTheReference) {
+  if (!detail::vnni_supported()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  const int64_t K = 224, N = K, T = 9;
+  auto x = random_floats(size_t(T * K), 8, -3.f, 3.f);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < K; ++k) {
+      float& v = x[size_t(t * K + k)];
+      if (k % 32 == 0) v = 2.5f + float(t);                                   // the block's amax
+      else if (k % 3 == 0) v = (2.5f + float(t)) * (float(k % 127) + 0.5f) / 127.f * (k % 2 ? -1.f : 1.f);
+      else if (k % 7 == 0) v = 0.f;
+      if (t == 4 && k >= 64 && k < 96) v = 0.f;                              // all-zero block
+    }
+  auto st = store_quant(std::vector<float>(size_t(N * K), 0.f), N, K, DType::I8, 32, DType::F32);
+  std::fill(st.q.begin(), st.q.end(), uint8_t(0));
+  std::fill(st.s32.begin(), st.s32.end(), 1.f);
+  for (int64_t n = 0; n < N; ++n) st.q[size_t(n * K + n)] = 1;
+  std::vector<float> got(size_t(T * N)), want(size_t(T * N));
+  detail::matmul_q8act_vnni(x.data(), T, st.view(), nullptr, got.data());
+  ops::ref::matmul_q8act(x.data(), T, st.view(), nullptr, want.data());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "t=" << i / size_t(N) << " k=" << i % size_t(N);
 }
 
 // cpu::matmul_q8act runs the VNNI kernel when the CPU has it (unless TINYLOOP_DISABLE_VNNI):

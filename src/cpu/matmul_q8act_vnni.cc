@@ -240,11 +240,53 @@ void range(const Ctx& c, const ops::WeightView& w, int64_t n0, int64_t n1) {
   }
 }
 
-// x rows quantized (the scalar quantizer of ops/matmul_q8act.h, so the bits of the
-// reference) and laid out for the tiles: xq, corr (int8), dxe, sx (int4) of Ctx.
-// Deliberately NOT compiled for AVX-512 (no TL_VNNI): with FMA available GCC contracts the
-// quantizer's `x * id + 1.5 * 2^23` into one FMA, which rounds x * id differently and moves
-// values like 63.5 to the other integer - the reference's bits must come from plain code.
+// One x row x [K] quantized exactly as ops::detail::quantize_row_q8 does, a block of 32 in
+// two vectors, written straight into the tile layout: out [nv * 128] (zeroed by the caller),
+// amax [nb] and the integer sums qsum [nb] of each block (the caller rounds d and s through
+// fp16 in plain code, as the reference). The bits equal the reference's: max |x| is exact in
+// any order (a NaN lane is skipped, as fmax does); q = cvtps_epi32(x * id) rounds half to
+// even like the reference's `(x * id + 1.5 * 2^23) - 1.5 * 2^23`, and the product is
+// _mm512_mul_round_ps, which GCC cannot fuse into an FMA (a plain `x * id + c` in code
+// compiled for AVX-512 would be contracted and round differently). int8 rows also get corr
+// [nv * 16] = -128 * (the 8 x bytes of each lane).
+TL_VNNI void quantize_row(const float* x, int64_t K, bool int4, int8_t* out, float* amax, int32_t* qsum,
+                          int32_t* corr) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const int64_t nb = K / ops::kQ8Block;
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
+    // max(v, m) returns m when v is NaN: the NaN lanes drop out.
+    __m512 m = _mm512_max_ps(_mm512_and_ps(x0, abs_mask), _mm512_setzero_ps());
+    m = _mm512_max_ps(_mm512_and_ps(x1, abs_mask), m);
+    const float a = _mm512_reduce_max_ps(m);
+    amax[b] = a;
+    const __m512 id = _mm512_set1_ps(a != 0.f ? 127.f / a : 0.f);
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_round_ps(x0, id, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_round_ps(x1, id, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    qsum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    // Block b is 128-bit lane b % 4 of unit b / 4: int4 even columns | odd columns (the
+    // nibble order), int8 columns 0-15 | 16-31. vpmovdb truncates to the int8 value.
+    int8_t* u = out + (b / 4) * kUnit + (b % 4) * 16;
+    const __m512i lo = int4 ? _mm512_permutex2var_epi32(q0, even, q1) : q0;
+    const __m512i hi = int4 ? _mm512_permutex2var_epi32(q0, odd, q1) : q1;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(u), _mm512_cvtepi32_epi8(lo));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(u + kVecBytes), _mm512_cvtepi32_epi8(hi));
+  }
+  if (int4) return;
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t j = 0; j < (K + kUnit - 1) / kUnit; ++j) {
+    const int8_t* u = out + j * kUnit;
+    const __m512i sum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(u)),
+                                            ones, _mm512_loadu_si512(u + kVecBytes));
+    _mm512_storeu_si512(corr + j * 16, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
+  }
+}
+
+// x rows quantized (bit for bit as the scalar quantizer of ops/matmul_q8act.h) and laid out
+// for the tiles: xq, corr (int8), dxe, sx (int4) of Ctx. Not compiled for AVX-512 itself, so
+// d and s are rounded by the same plain code as the reference's.
 void prepare_x(const float* x, Ctx& c, std::vector<int8_t>& xq, std::vector<int32_t>& corr,
                std::vector<float>& dxe, std::vector<float>& sx) {
   const int64_t T = c.T, K = c.K, nb = c.nb, nv = c.nv;
@@ -253,35 +295,19 @@ void prepare_x(const float* x, Ctx& c, std::vector<int8_t>& xq, std::vector<int3
   dxe.assign(size_t(T * lrow), 0.f);
   if (!c.int4) corr.assign(size_t(T * lrow), 0);
   if (c.int4) sx.assign(size_t(T * c.nbp), 0.f);
-  thread_local std::vector<int8_t> q;   // [K] one row
-  thread_local std::vector<float> d, s;  // [nb] its scales and sums
-  if (q.size() < size_t(K)) q.resize(size_t(K));
-  if (d.size() < size_t(nb)) d.resize(size_t(nb)), s.resize(size_t(nb));
+  thread_local std::vector<float> amax;   // [nb] one row's block maxima
+  thread_local std::vector<int32_t> qsum;  // [nb] its integer block sums
+  if (amax.size() < size_t(nb)) amax.resize(size_t(nb)), qsum.resize(size_t(nb));
   for (int64_t t = 0; t < T; ++t) {
-    ops::detail::quantize_row_q8(x + t * K, K, q.data(), d.data(), s.data());
-    int8_t* out = xq.data() + t * xrow;  // [xrow]
-    // Column k: unit j = k / 128, block b = (k % 128) / 32, column i in the block. int4: the
-    // byte of its nibble (i / 2) in xa (even i) or xb (odd i); int8: byte i % 16 of xa (i < 16)
-    // or xb. Block b takes bytes 16 b .. 16 b + 15 of each (128-bit lane b).
-    for (int64_t k = 0; k < K; ++k) {
-      const int64_t j = k / kUnit, b = (k % kUnit) / 32, i = k % 32;
-      const int64_t pos = c.int4 ? (i & 1) * 64 + i / 2 : (i / 16) * 64 + i % 16;
-      out[j * kUnit + pos + b * 16] = q[size_t(k)];
+    quantize_row(x + t * K, K, c.int4, xq.data() + t * xrow, amax.data(), qsum.data(),
+                 c.int4 ? nullptr : corr.data() + t * lrow);
+    float* de = dxe.data() + t * lrow;  // [lrow]: 4 lanes a block
+    for (int64_t b = 0; b < nb; ++b) {
+      const float df = amax[size_t(b)] / 127.f;  // as ops::detail::quantize_block_q8
+      const float d = ops::detail::half_to_float(ops::detail::float_to_half(df));
+      for (int e = 0; e < 4; ++e) de[b * 4 + e] = d;
+      if (c.int4) sx[size_t(t * c.nbp + b)] = ops::detail::half_to_float(ops::detail::float_to_half(df * float(qsum[size_t(b)])));
     }
-    if (c.int4) {
-      std::copy(s.begin(), s.begin() + nb, sx.begin() + t * c.nbp);
-    } else {
-      // -128 * (sum of the 8 x bytes of each lane): the start that undoes the weights' +128.
-      int32_t* cr = corr.data() + t * lrow;  // [lrow]
-      for (int64_t l = 0; l < lrow; ++l) {
-        const int8_t* a = out + (l / 16) * kUnit + (l % 16) * 4;  // lane l's 4 bytes of xa
-        int32_t sum = 0;
-        for (int e = 0; e < 4; ++e) sum += int32_t(a[e]) + a[kVecBytes + e];
-        cr[l] = -128 * sum;
-      }
-    }
-    float* de = dxe.data() + t * lrow;  // [lrow]
-    for (int64_t l = 0; l < lrow; ++l) de[l] = l / 4 < nb ? d[size_t(l / 4)] : 0.f;
   }
 }
 
