@@ -3,8 +3,9 @@
 // vdpbf16ps and forms the same chain per element: both bf16 halves widened exactly (the even
 // column by a shift, the odd one by a mask), then acc = MulAdd(x_odd, w_odd, acc) and
 // acc = MulAdd(x_even, w_even, acc). A product of two bf16 values is exact in float32, so a
-// fused multiply-add and a multiply followed by an add (EMU128) round the same way, once, as
-// the instruction does: this kernel gives the AVX512-BF16 kernel's bits.
+// fused multiply-add and a multiply followed by an add (targets without FMA: HWY_SCALAR)
+// round the same way, once, as the instruction does: this kernel gives the AVX512-BF16
+// kernel's bits.
 //
 // Tile: up to 3 x rows at a time against 2 vectors of a panel's columns (6 accumulators,
 // named: GCC keeps arrays of Highway vectors in memory), sweeping the panel's 64 columns.
