@@ -368,10 +368,12 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
     float* kf = kbuf.data();
     const KT* z = zbuf.data();
 #define TL_QK(NC, FULL) QkScores<NC, FULL>(seg[s], n_kv, g, hd, hdp, it, n_it, ulo, scale, kf, z)
-    switch (hdp / L) {  // unrolled for rows of up to 4 vectors (head_dim 64 on AVX-512)
-      case 1: full ? TL_QK(1, true) : TL_QK(1, false); break;
-      case 2: full ? TL_QK(2, true) : TL_QK(2, false); break;
-      case 3: full ? TL_QK(3, true) : TL_QK(3, false); break;
+    // Unrolled for rows of up to 4 vectors; the test-free variant only for exactly 4 (head_dim
+    // 64 on AVX-512, 32 on AVX2): every variant is compiled per dtype and target.
+    switch (hdp / L) {
+      case 1: TL_QK(1, false); break;
+      case 2: TL_QK(2, false); break;
+      case 3: TL_QK(3, false); break;
       case 4: full ? TL_QK(4, true) : TL_QK(4, false); break;
       default: TL_QK(0, false); break;
     }
