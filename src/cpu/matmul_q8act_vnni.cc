@@ -21,10 +21,10 @@
 // products. One horizontal sum per output at the end, then the offset term sum_b o_w s_x
 // (int4) as a 16-block dot product, then the bias.
 //
-// Register tile: MR <= 4 x rows against NR <= 4 weight rows; each weight vector is loaded
-// and decoded once for the MR rows, each x vector once for the NR rows. Batch invariance:
+// Register tile: MR <= 4 x rows against NR <= 4 weight rows; each weight unit is loaded
+// and decoded once for the MR rows, each x unit once for the NR rows. Batch invariance:
 // output (t, n) has its own accumulator and goes through the same instructions in the same
-// order (vectors j = 0, 1, ..., then the same reductions) in every tile shape, so its bits
+// order (units j = 0, 1, ..., then the same reductions) in every tile shape, so its bits
 // depend only on x row t, weight row n and K - never on T, N, the tile or the thread.
 #include "cpu/matmul_q8act_vnni.h"
 
