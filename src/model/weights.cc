@@ -1,5 +1,8 @@
 #include "model/weights.h"
 
+#include <sys/mman.h>
+
+#include <cstdlib>
 #include <new>
 #include <string>
 
@@ -122,26 +125,40 @@ void set_activation_q8(ModelWeights& w, bool q8) {
   w.head.act_q8 = q8;
 }
 
-void Bf16DotCopies::AlignedFree::operator()(uint32_t* p) const {
-  ::operator delete[](p, std::align_val_t{64});
-}
+void Bf16DotCopies::Free::operator()(uint32_t* p) const { std::free(p); }
 
 Bf16DotCopies set_loop_bf16dot(ModelWeights& w) {
-  Bf16DotCopies c;
-  auto copy = [&c](Linear& l) {
-    const DType t = l.w.dtype;
-    if (!l.w.data || (t != DType::F32 && t != DType::F16 && t != DType::BF16)) return;
-    const int64_t words = ops::bf16dot_packed_words(l.w.rows, l.w.cols);
-    std::unique_ptr<uint32_t[], Bf16DotCopies::AlignedFree> p(static_cast<uint32_t*>(
-        ::operator new[](size_t(words) * sizeof(uint32_t), std::align_val_t{64})));
-    ops::pack_bf16dot(l.w, p.get());
-    l.w.bf16dot = p.get();
-    c.bytes += words * int64_t(sizeof(uint32_t));
-    c.buf.push_back(std::move(p));
-  };
+  std::vector<Linear*> todo;  // the float matmul weights of the loop body
   for (LayerWeights& L : w.loop)
-    for (Linear* l : {&L.wqkv, &L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) copy(*l);
-  copy(w.inject);
+    for (Linear* l : {&L.wqkv, &L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      todo.push_back(l);
+  todo.push_back(&w.inject);
+  std::erase_if(todo, [](const Linear* l) {
+    const DType t = l->w.dtype;
+    return !l->w.data || (t != DType::F32 && t != DType::F16 && t != DType::BF16);
+  });
+  constexpr int64_t kAlignWords = 16;  // 64 bytes: one vector, one cache line
+  auto words_of = [](const Linear* l) {
+    return (ops::bf16dot_packed_words(l->w.rows, l->w.cols) + kAlignWords - 1) / kAlignWords * kAlignWords;
+  };
+  int64_t total = 0;
+  for (const Linear* l : todo) total += words_of(l);
+  Bf16DotCopies c;
+  if (total == 0) return c;
+  constexpr size_t kHuge = size_t(2) << 20;
+  const size_t bytes = (size_t(total) * sizeof(uint32_t) + kHuge - 1) / kHuge * kHuge;
+  c.arena.reset(static_cast<uint32_t*>(std::aligned_alloc(kHuge, bytes)));
+  if (!c.arena) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  madvise(c.arena.get(), bytes, MADV_HUGEPAGE);  // a hint: failure only costs speed
+#endif
+  uint32_t* next = c.arena.get();
+  for (Linear* l : todo) {
+    ops::pack_bf16dot(l->w, next);
+    l->w.bf16dot = next;
+    c.bytes += ops::bf16dot_packed_words(l->w.rows, l->w.cols) * int64_t(sizeof(uint32_t));
+    next += words_of(l);
+  }
   return c;
 }
 

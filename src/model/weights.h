@@ -57,14 +57,17 @@ ModelWeights bind_weights(const ModelFile& file);
 // matmul op applies it only to int8/int4 weights with a group that is a multiple of 32.
 void set_activation_q8(ModelWeights& w, bool q8);
 
-// Packed BF16 copies of weights for the reduced-precision matmul (ops/matmul_bf16dot.h),
-// 64-byte aligned, owned here; the views that use them point into `buf`.
+// Packed BF16 copies of weights for the reduced-precision matmul (ops/matmul_bf16dot.h), in
+// one arena owned here (each copy 64-byte aligned); the views that use them point into it.
+// The arena is 2 MiB aligned and asks Linux for transparent huge pages: the model file's
+// mapping gets them from the page cache, and a decode step that streams the copies through
+// 4 KiB pages measured 15-20 % slower than the same bytes read from the file.
 struct Bf16DotCopies {
-  struct AlignedFree {
+  struct Free {
     void operator()(uint32_t* p) const;
   };
-  std::vector<std::unique_ptr<uint32_t[], AlignedFree>> buf;  // each [ceil(N / 64), ceil(K / 2), 64]
-  int64_t bytes = 0;                                           // sum of their sizes
+  std::unique_ptr<uint32_t[], Free> arena;  // the copies, each [ceil(N / 64), ceil(K / 2), 64]
+  int64_t bytes = 0;                        // sum of their sizes
 };
 
 // TINYLOOP_EXPERIMENTAL_FP16_BODY: gives every F32 / F16 / BF16 matmul weight of the loop
