@@ -5,6 +5,7 @@
     tinyloop bench --kernels simd,scalar           # A/B against the scalar reference, one run
     tinyloop bench --model my.tinyloop -d 0,1024 --json
     tinyloop bench --weight-dtype f32,bf16 --fp16-body off,on   # reduced-precision loop body A/B
+    tinyloop bench --weight-dtype int8,int4 --quant-activations f32,q8   # exact vs llama.cpp-style activations
 
 ppN: tokens/s of the prefill of an N-token prompt (one forward over all N tokens, fp16 KV,
 as generation does). tgN: tokens/s of N greedy decode steps (one token each, sampling
@@ -160,6 +161,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernels", type=_strs, default=["simd"],
                    help="simd,scalar: kernel sets to compare (scalar runs at the lowest --threads only: "
                         "it is single-threaded)")
+    p.add_argument("--quant-activations", type=_strs, default=None,
+                   help="f32,q8: Model(quant_activations=...) settings to compare for int8/int4 weights, "
+                        "interleaved like the rest (default: the model's / TINYLOOP_QUANT_ACTIVATIONS)")
     p.add_argument("--fp16-body", type=_strs, default=None,
                    help="off,on: Model(fp16_body=...) settings to compare, interleaved like the rest "
                         "(on: the loop body's float matmuls in bf16, docs/benchmarks.md; default: "
@@ -186,6 +190,10 @@ def run(args) -> int:
         if b not in ("off", "on"):
             raise ValueError(f"--fp16-body: {b!r} is not off or on")
     bodies = [b == "on" for b in args.fp16_body] if args.fp16_body else [None]
+    for q in args.quant_activations or []:
+        if q not in ("f32", "q8"):
+            raise ValueError(f"--quant-activations: {q!r} is not f32 or q8")
+    acts = args.quant_activations or [None]
     threads0 = tl.get_num_threads()
     thread_list = args.threads or [threads0]
 
@@ -194,7 +202,9 @@ def run(args) -> int:
         for path_key, path in paths.items():
             need = max(args.depth) + max(args.n_prompt + [0]) + max(args.n_gen + [0]) + 2
             for body in bodies:
-                models[path_key, body] = tl.Model(path, max_seq_len=need, fp16_body=body)
+                for act in acts:
+                    models[path_key, body, act] = tl.Model(path, max_seq_len=need, fp16_body=body,
+                                                           quant_activations=act)
         # Every configuration, and every test of it.
         configs = []
         for key, model in models.items():
@@ -238,7 +248,8 @@ def run(args) -> int:
         w, s = c["work"], c["samples"]
         mean = statistics.fmean(s)
         row = dict(model=os.path.basename(paths[c["key"][0]]), weight_dtype=w.dtype,
-                   fp16_body=c["work"].cfg["fp16_body"], loops=c["L"],
+                   fp16_body=c["work"].cfg["fp16_body"],
+                   quant_activations=activation_mode(c["key"]), loops=c["L"],
                    threads=c["threads"], kernels=c["kernels"],
                    simd_target=info["simd_target"] if c["kernels"] == "simd" else "scalar",
                    test=c["test"], depth=c["depth"], avg_ts=mean,
@@ -262,10 +273,18 @@ def run(args) -> int:
         hw = (f"{r['weight_gb_s']:.1f} GB/s weights" if "weight_gb_s" in r
               else f"{r['gflop_s']:.1f} GFLOP/s")
         wtype = r["weight_dtype"] + (" (bf16 body)" if r["fp16_body"] else "")
+        if r["quant_activations"] == "q8" and r["weight_dtype"] in ("int8", "int4"):
+            wtype += " (q8 act)"
         print(f"| {r['model']} | {wtype} | {r['loops']} | {r['threads']} | "
               f"{r['simd_target'] if r['kernels'] == 'simd' else 'scalar'} | {test} | "
               f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f} | {hw} |")
     return 0
+
+
+def activation_mode(key) -> str:
+    """The activation mode a bench model ran with: the --quant-activations setting, else the
+    process default (TINYLOOP_QUANT_ACTIVATIONS, f32 when unset)."""
+    return key[2] or os.environ.get("TINYLOOP_QUANT_ACTIVATIONS", "f32")
 
 
 def run_pp_at_depth(model, n_prompt: int, depth: int, loops: int, vocab: int, rep: int) -> float:
