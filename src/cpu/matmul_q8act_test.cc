@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/kernels.h"
@@ -136,6 +137,37 @@ TEST(CpuQ8ActVnni, MatchesReferenceAndHighway) {
         if (HasFatalFailure()) return;
       }
     }
+}
+
+// Decode (T < 4) takes 4 weight rows side by side on cache-sized weights (N * row bytes <=
+// 4 MiB) and one row at a time on bigger ones (the head); prefill takes 3. A weight of
+// 16389 rows (4 MiB + 1280 bytes; not a multiple of 3 or 4) against its slices on both
+// sides of that size: every T 1..9 and every slice must give the bits of the full T = 9 call.
+TEST(CpuQ8ActVnni, TilesAgreeAcrossTheCacheThreshold) {
+  if (!detail::vnni_supported()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  const int64_t N = 16389, Tmax = 9;
+  for (const Case& c : {Case{DType::I8, 256, 32, DType::F16}, Case{DType::U4, 512, 64, DType::F32}}) {
+    SCOPED_TRACE(dtype_name(c.dtype));
+    const int64_t K = c.K;
+    const auto st = store_quant(random_floats(size_t(N * K), 5), N, K, c.dtype, c.G, c.sd);
+    const auto x = random_floats(size_t(Tmax * K), 6, -2.f, 2.f);
+    const auto bias = random_floats(size_t(N), 7);
+    check_vnni(st, x, 3, bias);  // against the reference and Highway (decode, one row at a time)
+    if (HasFatalFailure()) return;
+    std::vector<float> full(size_t(Tmax * N));  // [Tmax, N]
+    detail::matmul_q8act_vnni(x.data(), Tmax, st.view(), bias.data(), full.data());
+    // (first row, rows): over the threshold, just under it, small, one row; odd offsets.
+    const std::pair<int64_t, int64_t> slices[] = {{0, N}, {1, N - 2}, {3, 16383}, {N - 4099, 4099}, {7, 1}};
+    for (const auto& [n0, rows] : slices)
+      for (int64_t T = 1; T <= Tmax; ++T) {
+        std::vector<float> part(size_t(T * rows));  // [T, rows]
+        detail::matmul_q8act_vnni(x.data(), T, st.rows_view(n0, rows), bias.data() + n0, part.data());
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_EQ(part[size_t(t * rows + r)], full[size_t(t * N + n0 + r)])
+                << "n0=" << n0 << " rows=" << rows << " T=" << T << " t=" << t << " r=" << r;
+      }
+  }
 }
 
 // Every int8 value -128..127 (the +128 flip must be exact at both ends) and every nibble,

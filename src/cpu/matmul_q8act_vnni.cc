@@ -77,6 +77,8 @@ constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task (as matmul.cc
 constexpr int64_t kMinParallelMacs = 1 << 15;  // below: one task
 constexpr int64_t kTChunk = 64;       // x rows per pass over a task's weight rows (L2-sized)
 constexpr int kMaxMR = 4, kMaxNR = 4;
+// Weights up to this size count as cache-resident for the decode tile choice in range().
+constexpr int64_t kCachedWeightBytes = int64_t(4) << 20;
 
 // Everything the tiles read. Shapes: nv = units per row (ceil(K / 128)), nb = K / 32
 // blocks, nbp = nb rounded up to 16.
@@ -118,6 +120,29 @@ TL_VNNI void block_params(const void* p, bool f16, int64_t ng, int64_t bpg, int6
     for (int64_t b = 0; b < nb; ++b) out[b] = ops::detail::quant_param(p, f16 ? DType::F16 : DType::F32, b / bpg);
   }
   std::fill(out + nb, out + nout, 0.f);
+}
+
+// The sums of NR <= 4 vectors, lane r = sum of a[r] (lanes NR.. undefined): one transposed
+// reduction instead of NR horizontal ones. Each sum goes through exactly the tree of GCC's
+// _mm512_reduce_add_ps (upper 256 + lower 256, upper 128 + lower 128, elements 0 + 2 and
+// 1 + 3, then those two), lane-wise, so its bits depend only on its own vector - not on NR
+// or on the other vectors (padding rows are zeros, their lanes dropped by the caller).
+template <int NR>
+TL_VNNI inline __m128 reduce4(const __m512* a) {
+  const __m512 z = _mm512_setzero_ps();
+  const __m512 a0 = a[0], a1 = NR > 1 ? a[1] : z, a2 = NR > 2 ? a[2] : z, a3 = NR > 3 ? a[3] : z;
+  // 128-bit lanes [a0.0 + a0.2, a0.1 + a0.3, a1.0 + a1.2, a1.1 + a1.3], same for a2, a3.
+  const __m512 h01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 h23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(3, 2, 3, 2)));
+  // 128-bit lane r: the 4 partial sums e0..e3 of a[r].
+  const __m512 q = _mm512_add_ps(_mm512_shuffle_f32x4(h01, h23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(h01, h23, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 p = _mm512_add_ps(q, _mm512_permute_ps(q, _MM_SHUFFLE(1, 0, 3, 2)));  // e0 + e2, e1 + e3
+  const __m512 s = _mm512_add_ps(p, _mm512_permute_ps(p, _MM_SHUFFLE(2, 3, 0, 1)));  // element 0: the sum
+  const __m512i first = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+  return _mm512_castps512_ps128(_mm512_permutexvar_ps(first, s));
 }
 
 // y[t0 .. t0 + MR, n0 .. n0 + NR]: x rows t0.., weight rows n0.. (Panel rows r0..).
@@ -169,22 +194,27 @@ TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t n0, const Panel& pn, int64_t
       }
     }
   }
+  // Epilogue: the NR sums of x row i in one transposed reduction (reduce4), then the int4
+  // offset term the same way, the bias, one masked store of NR outputs.
+  const __mmask16 rows_mask = __mmask16((1u << NR) - 1);
+  __m128 bias4 = _mm_setzero_ps();
+  if (c.bias) bias4 = _mm_maskz_loadu_ps(rows_mask, c.bias + n0);
   for (int i = 0; i < MR; ++i) {
     const int64_t t = t0 + i;
-    for (int r = 0; r < NR; ++r) {
-      const int64_t n = n0 + r;
-      float v = _mm512_reduce_add_ps(acc[i][r]);
-      if constexpr (INT4) {
-        const float* ow = pn.owb + (r0 + r) * c.nbp;  // [nbp]
-        const float* sx = c.sx + t * c.nbp;            // [nbp]
-        __m512 off = _mm512_setzero_ps();
-        for (int64_t b = 0; b < c.nbp; b += 16)
-          off = _mm512_fmadd_ps(_mm512_loadu_ps(ow + b), _mm512_loadu_ps(sx + b), off);
-        v = v + _mm512_reduce_add_ps(off);
+    __m128 v = reduce4<NR>(acc[i]);
+    if constexpr (INT4) {
+      const float* sx = c.sx + t * c.nbp;  // [nbp]
+      __m512 off[NR];
+      for (int r = 0; r < NR; ++r) off[r] = _mm512_setzero_ps();
+      for (int64_t b = 0; b < c.nbp; b += 16) {
+        const __m512 s = _mm512_loadu_ps(sx + b);
+        for (int r = 0; r < NR; ++r)
+          off[r] = _mm512_fmadd_ps(_mm512_loadu_ps(pn.owb + (r0 + r) * c.nbp + b), s, off[r]);
       }
-      if (c.bias) v = v + c.bias[n];
-      c.y[t * c.N + n] = v;
+      v = _mm_add_ps(v, reduce4<NR>(off));
     }
+    if (c.bias) v = _mm_add_ps(v, bias4);
+    _mm_mask_storeu_ps(c.y + t * c.N + n0, rows_mask, v);
   }
 }
 
@@ -227,7 +257,13 @@ void range(const Ctx& c, const ops::WeightView& w, int64_t n0, int64_t n1) {
   // int8 head: 1.2 ms one row at a time, 2-3.7 ms with 2 or 4 rows side by side, though 4
   // rows were ~15% faster on cache-resident weights). Prefill: 4 x rows x 3 weight rows
   // (each weight row holds 2 operand registers a unit; 3 measured ~10% above 2 on int8).
-  const int nr_max = c.T < kMaxMR ? 1 : 3;
+  // Decode on a weight that stays in cache (N * row bytes <= kCachedWeightBytes: the loop and
+  // pre/post layer matrices, not the head) takes 4 rows side by side: the per-row epilogue
+  // is a large share when K has few units (K = 768: 6), and the 4-row transposed reduction
+  // shares it. The choice depends only on (N, K) and T, and only groups outputs: each
+  // output's arithmetic is the same in every tile.
+  const bool cached = c.N * c.w_row_bytes <= kCachedWeightBytes;
+  const int nr_max = c.T < kMaxMR ? (cached ? 4 : 1) : 3;
   for (int64_t tc = 0; tc < c.T; tc += kTChunk) {
     const int64_t te = std::min(c.T, tc + kTChunk);
     for (int64_t r0 = 0; r0 < rows; r0 += nr_max) {
