@@ -1,10 +1,10 @@
 #include "model/kv_cache.h"
 
 #include <cstring>
-
-#include "ops/kv_quant.h"
 #include <stdexcept>
 #include <string>
+
+#include "ops/kv_quant.h"
 
 namespace tinyloop::model {
 
@@ -43,7 +43,7 @@ KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t 
   slot_bytes_ = align16(scale_off_ + scale_bytes);
   bytes_ = slot_bytes_ * (layout_.count() + extra_slots_);
   try {
-    data_.reset(new uint8_t[static_cast<size_t>(bytes_)]);
+    data_ = alloc_huge_pages(static_cast<size_t>(bytes_));
   } catch (const std::bad_alloc&) {
     throw std::runtime_error("out of memory: KV cache of " + std::to_string(bytes_) + " bytes");
   }
@@ -101,7 +101,7 @@ KvCache::KvCache(const KvCache& o, MemoryTracker* tracker)
       bytes_(o.bytes_),
       length_(o.length_),
       tracker_(tracker) {
-  data_.reset(new uint8_t[static_cast<size_t>(bytes_)]);
+  data_ = alloc_huge_pages(static_cast<size_t>(bytes_));
   std::memcpy(data_.get(), o.data_.get(), static_cast<size_t>(bytes_));
   tracked_ = TrackedBytes(tracker, bytes_);
   shared_prefix_ = o.shared_prefix_;  // a clone of a tail still reads the same prefix

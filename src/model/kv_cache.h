@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "model/huge_pages.h"
 #include "model/memory_tracker.h"
 #include "ops/ops.h"
 #include "tinyloop/config.h"
@@ -129,7 +130,7 @@ class KvCache {
   int64_t length_ = 0;
   // [slots][K | V | (I8: K scales | V scales)]: K, V [capacity][n_kv_heads * head_dim],
   // scales [capacity][n_kv_heads] float.
-  std::unique_ptr<uint8_t[]> data_;
+  HugeBytes data_;  // on 2 MiB pages when large (huge_pages.h: long-context decode streams it)
   MemoryTracker* tracker_;
   TrackedBytes tracked_;
   const KvCache* shared_prefix_ = nullptr;  // not owned; see set_shared_prefix

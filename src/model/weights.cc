@@ -1,7 +1,5 @@
 #include "model/weights.h"
 
-#include <sys/mman.h>
-
 #include <cstdlib>
 #include <new>
 #include <string>
@@ -125,7 +123,6 @@ void set_activation_q8(ModelWeights& w, bool q8) {
   w.head.act_q8 = q8;
 }
 
-void Bf16DotCopies::Free::operator()(uint32_t* p) const { std::free(p); }
 
 Bf16DotCopies set_loop_bf16dot(ModelWeights& w) {
   std::vector<Linear*> todo;  // the float matmul weights of the loop body
@@ -145,14 +142,8 @@ Bf16DotCopies set_loop_bf16dot(ModelWeights& w) {
   for (const Linear* l : todo) total += words_of(l);
   Bf16DotCopies c;
   if (total == 0) return c;
-  constexpr size_t kHuge = size_t(2) << 20;
-  const size_t bytes = (size_t(total) * sizeof(uint32_t) + kHuge - 1) / kHuge * kHuge;
-  c.arena.reset(static_cast<uint32_t*>(std::aligned_alloc(kHuge, bytes)));
-  if (!c.arena) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-  madvise(c.arena.get(), bytes, MADV_HUGEPAGE);  // a hint: failure only costs speed
-#endif
-  uint32_t* next = c.arena.get();
+  c.arena = alloc_huge_pages(size_t(total) * sizeof(uint32_t));  // 2 MiB pages: huge_pages.h
+  uint32_t* next = reinterpret_cast<uint32_t*>(c.arena.get());
   for (Linear* l : todo) {
     ops::pack_bf16dot(l->w, next);
     l->w.bf16dot = next;

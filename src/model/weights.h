@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/huge_pages.h"
 #include "ops/ops.h"
 #include "tinyloop/config.h"
 #include "tinyloop/model_file.h"
@@ -63,11 +64,8 @@ void set_activation_q8(ModelWeights& w, bool q8);
 // mapping gets them from the page cache, and a decode step that streams the copies through
 // 4 KiB pages measured 15-20 % slower than the same bytes read from the file.
 struct Bf16DotCopies {
-  struct Free {
-    void operator()(uint32_t* p) const;
-  };
-  std::unique_ptr<uint32_t[], Free> arena;  // the copies, each [ceil(N / 64), ceil(K / 2), 64]
-  int64_t bytes = 0;                        // sum of their sizes
+  HugeBytes arena;     // the copies, each [ceil(N / 64), ceil(K / 2), 64] uint32 words
+  int64_t bytes = 0;   // sum of their sizes
 };
 
 // TINYLOOP_EXPERIMENTAL_FP16_BODY: gives every F32 / F16 / BF16 matmul weight of the loop
