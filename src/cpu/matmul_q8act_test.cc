@@ -139,11 +139,11 @@ TEST(CpuQ8ActVnni, MatchesReferenceAndHighway) {
     }
 }
 
-// Decode (T < 4) takes 4 weight rows side by side on cache-sized weights (N * row bytes <=
-// 4 MiB) and one row at a time on bigger ones (the head); prefill takes 3. A weight of
-// 16389 rows (4 MiB + 1280 bytes; not a multiple of 3 or 4) against its slices on both
-// sides of that size: every T 1..9 and every slice must give the bits of the full T = 9 call.
-TEST(CpuQ8ActVnni, TilesAgreeAcrossTheCacheThreshold) {
+// A weight of 16389 rows (4 MiB + 1280 bytes of int8; not a multiple of 3 or 4, the prefill
+// tile, nor of the 32-row pool task) and slices of it at odd offsets: decode (one row at a
+// time, prefetching ahead, past the slice's end too) and prefill (3 rows) tiles, every T
+// 1..9 and every slice must give the bits of the full T = 9 call.
+TEST(CpuQ8ActVnni, BigWeightSlicesAgreeForEveryT) {
   if (!detail::vnni_supported()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
   const int64_t N = 16389, Tmax = 9;
   for (const Case& c : {Case{DType::I8, 256, 32, DType::F16}, Case{DType::U4, 512, 64, DType::F32}}) {
@@ -156,7 +156,7 @@ TEST(CpuQ8ActVnni, TilesAgreeAcrossTheCacheThreshold) {
     if (HasFatalFailure()) return;
     std::vector<float> full(size_t(Tmax * N));  // [Tmax, N]
     detail::matmul_q8act_vnni(x.data(), Tmax, st.view(), bias.data(), full.data());
-    // (first row, rows): over the threshold, just under it, small, one row; odd offsets.
+    // (first row, rows): all, most, 4 MiB - 256 bytes, small, one row.
     const std::pair<int64_t, int64_t> slices[] = {{0, N}, {1, N - 2}, {3, 16383}, {N - 4099, 4099}, {7, 1}};
     for (const auto& [n0, rows] : slices)
       for (int64_t T = 1; T <= Tmax; ++T) {

@@ -18,8 +18,10 @@
 //    sum (w + 128) x - 128 sum x = sum w x, exactly.
 // The int32 lanes are converted to float and FMAd with the lane's d_w * d_x (d_w expanded
 // from its block by a permute, d_x pre-expanded per x row): 3 float instructions per 128
-// products. One horizontal sum per output at the end, then the offset term sum_b o_w s_x
-// (int4) as a 16-block dot product, then the bias.
+// products. At the end the NR accumulators of an x row are summed by one transposed
+// reduction (reduce4: the NR sums in one vector, each by the tree of _mm512_reduce_add_ps),
+// then the offset term sum_b o_w s_x (int4) as a 16-block dot product reduced the same way,
+// then the bias, one masked store of NR outputs.
 //
 // Register tile: MR <= 4 x rows against NR <= 4 weight rows; each weight unit is loaded
 // and decoded once for the MR rows, each x unit once for the NR rows. Batch invariance:
@@ -77,8 +79,8 @@ constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task (as matmul.cc
 constexpr int64_t kMinParallelMacs = 1 << 15;  // below: one task
 constexpr int64_t kTChunk = 64;       // x rows per pass over a task's weight rows (L2-sized)
 constexpr int kMaxMR = 4, kMaxNR = 4;
-// Weights up to this size count as cache-resident for the decode tile choice in range().
-constexpr int64_t kCachedWeightBytes = int64_t(4) << 20;
+// Decode prefetches the weight this many rows ahead (int8 K = 768: 6 KiB). See range().
+constexpr int64_t kPrefetchRows = 8;
 
 // Everything the tiles read. Shapes: nv = units per row (ceil(K / 128)), nb = K / 32
 // blocks, nbp = nb rounded up to 16.
@@ -92,6 +94,7 @@ struct Ctx {
   const float* sx;        // [T, nbp] int4: Q8_1 block sums (0 past nb)
   const uint8_t* w;       // int8 [N, K] / int4 [N, K / 2]
   int64_t w_row_bytes;
+  int64_t prefetch_rows;  // decode: prefetch the weight this many rows ahead (0: none)
   const float* bias;      // [N] or null
   float* y;               // [T, N]
 };
@@ -109,11 +112,15 @@ struct Panel {
 TL_VNNI void block_params(const void* p, bool f16, int64_t ng, int64_t bpg, int64_t nb, float* out,
                           int64_t nout) {
   if (bpg == 1 && f16) {
+    // 16 at a time, the tail and the zeros past ng by masks (decode redoes this per row and
+    // call).
     const uint16_t* h = static_cast<const uint16_t*>(p);  // [ng]
-    int64_t g = 0;
-    for (; g + 16 <= ng; g += 16)
-      _mm512_storeu_ps(out + g, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + g))));
-    for (; g < ng; ++g) out[g] = ops::detail::half_to_float(h[g]);
+    for (int64_t g = 0; g < nout; g += 16) {
+      const int64_t nl = std::clamp<int64_t>(ng - g, 0, 16), ns = std::min<int64_t>(nout - g, 16);
+      const __m512 v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(__mmask16((1u << nl) - 1), h + g));
+      _mm512_mask_storeu_ps(out + g, __mmask16((1u << ns) - 1), v);
+    }
+    return;
   } else if (bpg == 1) {
     std::memcpy(out, p, size_t(ng) * sizeof(float));
   } else {
@@ -129,6 +136,7 @@ TL_VNNI void block_params(const void* p, bool f16, int64_t ng, int64_t bpg, int6
 // or on the other vectors (padding rows are zeros, their lanes dropped by the caller).
 template <int NR>
 TL_VNNI inline __m128 reduce4(const __m512* a) {
+  if constexpr (NR == 1) return _mm_set_ss(_mm512_reduce_add_ps(a[0]));  // the same tree
   const __m512 z = _mm512_setzero_ps();
   const __m512 a0 = a[0], a1 = NR > 1 ? a[1] : z, a2 = NR > 2 ? a[2] : z, a3 = NR > 3 ? a[3] : z;
   // 128-bit lanes [a0.0 + a0.2, a0.1 + a0.3, a1.0 + a1.2, a1.1 + a1.3], same for a2, a3.
@@ -170,6 +178,11 @@ TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t n0, const Panel& pn, int64_t
     __m512 dwe[NR];          // d_w of each lane's block
     for (int r = 0; r < NR; ++r) {
       const uint8_t* wp = wr[r] + j * kWBytes;
+      if (c.prefetch_rows) {  // decode: the same unit prefetch_rows rows on (never faults)
+        _mm_prefetch(reinterpret_cast<const char*>(wp + c.prefetch_rows * c.w_row_bytes), _MM_HINT_T0);
+        if constexpr (!INT4)
+          _mm_prefetch(reinterpret_cast<const char*>(wp + c.prefetch_rows * c.w_row_bytes + kVecBytes), _MM_HINT_T0);
+      }
       if constexpr (INT4) {
         const __m512i raw = _mm512_maskz_loadu_epi8(m0, wp);
         wa[r] = _mm512_and_si512(raw, low4);
@@ -253,17 +266,15 @@ void range(const Ctx& c, const ops::WeightView& w, int64_t n0, int64_t n1) {
   }
   const Panel pn{dwb.data(), c.int4 ? owb.data() : nullptr, nbw};
   // Decode (T < 4): one weight row at a time, so the task's rows are one sequential stream
-  // for the hardware prefetcher (as matmul-inl.h FusedRows; measured here on a 32000 x 768
-  // int8 head: 1.2 ms one row at a time, 2-3.7 ms with 2 or 4 rows side by side, though 4
-  // rows were ~15% faster on cache-resident weights). Prefill: 4 x rows x 3 weight rows
-  // (each weight row holds 2 operand registers a unit; 3 measured ~10% above 2 on int8).
-  // Decode on a weight that stays in cache (N * row bytes <= kCachedWeightBytes: the loop and
-  // pre/post layer matrices, not the head) takes 4 rows side by side: the per-row epilogue
-  // is a large share when K has few units (K = 768: 6), and the 4-row transposed reduction
-  // shares it. The choice depends only on (N, K) and T, and only groups outputs: each
-  // output's arithmetic is the same in every tile.
-  const bool cached = c.N * c.w_row_bytes <= kCachedWeightBytes;
-  const int nr_max = c.T < kMaxMR ? (cached ? 4 : 1) : 3;
+  // (as matmul-inl.h FusedRows), and the tile prefetches the row kPrefetchRows ahead: in the
+  // engine the weights are not hot in L1/L2 each token (other layers and the head pass in
+  // between), and the explicit prefetch is what sped decode up. Measured with `tinyloop
+  // bench` tg128, 1 thread, alternating: int4 85 -> 105 t/s, int8 71 -> 81 t/s. 4 weight rows
+  // side by side were ~20% faster on hot-cache matrices in q8act_bench, but slower in the
+  // engine (int8 60-64 t/s with the prefetch, int4 no better), so they are not used.
+  // Prefill: 4 x rows x 3 weight rows (each weight row holds 2 operand registers a unit; 3
+  // measured ~10% above 2 on int8). Each output's arithmetic is the same in every tile.
+  const int nr_max = c.T < kMaxMR ? 1 : 3;
   for (int64_t tc = 0; tc < c.T; tc += kTChunk) {
     const int64_t te = std::min(c.T, tc + kTChunk);
     for (int64_t r0 = 0; r0 < rows; r0 += nr_max) {
@@ -374,6 +385,7 @@ void matmul_q8act_vnni(const float* x, int64_t T, const ops::WeightView& w, cons
   prepare_x(x, c, xq, corr, dxe, sx);
   c.xq = xq.data(), c.corr = corr.data(), c.dxe = dxe.data(), c.sx = sx.data();
   c.w = static_cast<const uint8_t*>(w.data), c.bias = bias, c.y = y;
+  c.prefetch_rows = T < kMaxMR ? kPrefetchRows : 0;
   const int64_t n_tasks = T * N * K < kMinParallelMacs ? 1 : (N + kRowsPerTask - 1) / kRowsPerTask;
   if (n_tasks == 1) return range(c, w, 0, N);
   parallel_for(n_tasks, [&](int64_t i) { range(c, w, i * kRowsPerTask, std::min(N, (i + 1) * kRowsPerTask)); });
