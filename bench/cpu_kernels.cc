@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.h"
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
 #include "ops/matmul_bf16dot.h"
@@ -23,25 +24,8 @@
 namespace {
 using namespace tinyloop;
 
-double process_cpu_s() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-// Best-of-reps wall and CPU seconds of fn().
-std::pair<double, double> time_best(const std::function<void()>& fn, int reps) {
-  fn();  // warm-up: page faults, scratch buffers
-  double wall = 1e30, cpu = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const double c0 = process_cpu_s();
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    wall = std::min(wall, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    cpu = std::min(cpu, process_cpu_s() - c0);
-  }
-  return {wall, cpu};
-}
+using bench::process_cpu_s;
+using bench::time_best;
 
 struct Weight {
   std::vector<float> f32;       // [N, K] when F32

@@ -10,6 +10,7 @@
 #include <functional>
 #include <vector>
 
+#include "bench_timing.h"
 #include "cpu/kernels.h"
 #include "cpu/matmul_q8act_vnni.h"
 #include "cpu/thread_pool.h"
@@ -18,12 +19,6 @@
 
 namespace {
 using namespace tinyloop;
-
-double process_cpu_s() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
 
 void q8_case(const char* what, int64_t T, int64_t K, int64_t N, DType dt, int reps) {
   const auto st = ops::testing::store_quant(ops::testing::random_floats(size_t(N * K), 1, -0.05f, 0.05f),
@@ -38,16 +33,11 @@ void q8_case(const char* what, int64_t T, int64_t K, int64_t N, DType dt, int re
       [&] { cpu::detail::matmul_q8act_hwy(x.data(), T, w, nullptr, y.data()); },
       [&] { cpu::matmul(x.data(), T, w, nullptr, y.data()); }};
   double wall[3] = {1e30, 1e30, 1e30}, cpu_s[3] = {1e30, 1e30, 1e30};
-  for (int round = 0; round < 3; ++round)
+  for (int round = 0; round < 3; ++round)  // the kernels alternate: best of each over rounds
     for (int k = vnni ? 0 : 1; k < 3; ++k) {
-      run[k]();  // warm-up: scratch buffers, caches
-      for (int i = 0; i < reps; ++i) {
-        const double c0 = process_cpu_s();
-        const auto t0 = std::chrono::steady_clock::now();
-        run[k]();
-        wall[k] = std::min(wall[k], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        cpu_s[k] = std::min(cpu_s[k], process_cpu_s() - c0);
-      }
+      const auto [w_s, c_s] = bench::time_best(run[k], reps);
+      wall[k] = std::min(wall[k], w_s);
+      cpu_s[k] = std::min(cpu_s[k], c_s);
     }
   const double flops = 2.0 * double(T * N * K);
   for (int k = vnni ? 0 : 1; k < 3; ++k)
