@@ -83,8 +83,9 @@ TEST(CpuQ8Act, RefusesAGroupOffTheBlocks) {
   float y[3];
   EXPECT_THROW(cpu::matmul_q8act(x.data(), 1, st.view(), nullptr, y), std::invalid_argument);
   EXPECT_THROW(detail::matmul_q8act_hwy(x.data(), 1, st.view(), nullptr, y), std::invalid_argument);
-  if (detail::vnni_supported())
+  if (detail::vnni_supported()) {  // braces: EXPECT_THROW expands to an if/else
     EXPECT_THROW(detail::matmul_q8act_vnni(x.data(), 1, st.view(), nullptr, y), std::invalid_argument);
+  }
 }
 
 // VNNI vs reference (tolerance `bound`) and vs the Highway kernel, then batch invariance:
