@@ -9,7 +9,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/matmul_internal.h"
-#include "cpu/thread_pool.h"
+#include "cpu/matmul_split.h"
 #include "ops/weight_quant_inl.h"
 
 namespace tinyloop::cpu {
@@ -19,8 +19,6 @@ namespace {
 // several tasks (load balance on a shared machine), big enough (32 rows of a 768-wide f16
 // matrix = 48 KiB) that claiming a task costs nothing next to reading it.
 constexpr int64_t kStreamRows = 32;
-// Below this many multiply-adds a call runs as one task: waking workers would cost more.
-constexpr int64_t kMinParallelMacs = 1 << 15;
 
 // Weight rows per task on the tiled path: as many as fit the widened tile (f32 weights are
 // used in place but the same split keeps their working set in L2 too), a multiple of 8.
@@ -86,9 +84,7 @@ void matmul(const float* x, int64_t T, const ops::WeightView& w, const float* bi
   }
   const detail::MatmulRangeFn fn = kernel_for(w.dtype);
   const int64_t rows = T <= detail::kFusedMaxRows ? kStreamRows : tile_rows(K);
-  const int64_t n_tasks = T * N * K < kMinParallelMacs ? 1 : (N + rows - 1) / rows;
-  if (n_tasks == 1) return fn(a, 0, N);
-  parallel_for(n_tasks, [&](int64_t i) { fn(a, i * rows, std::min(N, (i + 1) * rows)); });
+  detail::for_row_chunks(T, N, K, rows, [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
 }
 
 }  // namespace tinyloop::cpu

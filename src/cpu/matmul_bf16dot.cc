@@ -23,7 +23,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/matmul_bf16dot_internal.h"
-#include "cpu/thread_pool.h"
+#include "cpu/matmul_split.h"
 #include "ops/matmul_bf16dot.h"
 
 namespace tinyloop::cpu {
@@ -31,8 +31,6 @@ namespace {
 
 constexpr int64_t C = ops::kBf16DotPanel;  // 64 columns: 4 vectors of 16 float lanes
 static_assert(C == 64, "the AVX-512 tile holds a panel as 4 vectors");
-// Below this many multiply-adds a call runs on the calling thread alone.
-constexpr int64_t kMinParallelMacs = 1 << 15;
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define TINYLOOP_BF16DOT_X86 1
@@ -126,7 +124,6 @@ void matmul_bf16dot(const float* x, int64_t T, const ops::WeightView& w, const f
   ops::round_rows_bf16dot(x, T, K, xp.data());
   const detail::Bf16DotTileFn fn = tile_fn();
   const uint32_t* xpd = xp.data();
-  const int64_t P = (N + C - 1) / C;
   auto panel_task = [&](int64_t p) {
     const uint32_t* panel = w.bf16dot + p * K2 * C;  // [K2, 64]
     const int64_t n0 = p * C, nc = std::min(C, N - n0);
@@ -144,11 +141,10 @@ void matmul_bf16dot(const float* x, int64_t T, const ops::WeightView& w, const f
       }
     }
   };
-  if (T * N * K < kMinParallelMacs) {
-    for (int64_t p = 0; p < P; ++p) panel_task(p);
-    return;
-  }
-  parallel_for(P, panel_task);
+  // One task per 64-row panel: for_row_chunks' chunks are the panels.
+  detail::for_row_chunks(T, N, K, C, [&](int64_t n0, int64_t n1) {
+    for (int64_t p = n0 / C; p * C < n1; ++p) panel_task(p);
+  });
 }
 
 }  // namespace tinyloop::cpu

@@ -154,15 +154,14 @@ HWY_AFTER_NAMESPACE();
 
 #include "cpu/kernels.h"
 #include "cpu/matmul_q8act_vnni.h"
-#include "cpu/thread_pool.h"
+#include "cpu/matmul_split.h"
 #include "ops/weight_quant_inl.h"
 
 namespace tinyloop::cpu {
 HWY_EXPORT(Q8ActRange);
 
 namespace {
-constexpr int64_t kRowsPerTask = 32;          // weight rows per pool task (as matmul.cc)
-constexpr int64_t kMinParallelMacs = 1 << 15;  // below: one task
+constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task (as matmul.cc)
 }  // namespace
 
 // x [T, K], w [N, K], bias [N] or null, y [T, N].
@@ -194,9 +193,7 @@ void detail::matmul_q8act_hwy(const float* x, int64_t T, const ops::WeightView& 
   detail::Q8ActArgs a{xq.data(), dx.data(), sx.data(), T, N, K, int4, w.data, w.group,
                       w.scale_dtype == DType::F16, w.scales, w.offsets, bias, y};
   const auto fn = HWY_DYNAMIC_DISPATCH(Q8ActRange);
-  const int64_t n_tasks = T * N * K < kMinParallelMacs ? 1 : (N + kRowsPerTask - 1) / kRowsPerTask;
-  if (n_tasks == 1) return fn(a, 0, N);
-  parallel_for(n_tasks, [&](int64_t i) { fn(a, i * kRowsPerTask, std::min(N, (i + 1) * kRowsPerTask)); });
+  detail::for_row_chunks(T, N, K, kRowsPerTask, [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
 }
 
 void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {

@@ -38,7 +38,7 @@
 #include <utility>
 #include <vector>
 
-#include "cpu/thread_pool.h"
+#include "cpu/matmul_split.h"
 #include "ops/matmul_q8act.h"
 #include "ops/weight_quant_inl.h"
 
@@ -76,7 +76,6 @@ namespace {
 constexpr int64_t kVecBytes = 64;     // one zmm
 constexpr int64_t kUnit = 128;        // columns per unit (4 blocks), for x: xa | xb, 128 bytes
 constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task (as matmul.cc)
-constexpr int64_t kMinParallelMacs = 1 << 15;  // below: one task
 constexpr int64_t kTChunk = 64;       // x rows per pass over a task's weight rows (L2-sized)
 constexpr int kMaxMR = 4, kMaxNR = 4;
 // Decode prefetches the weight this many rows ahead (int8 K = 768: 6 KiB). See range().
@@ -386,9 +385,7 @@ void matmul_q8act_vnni(const float* x, int64_t T, const ops::WeightView& w, cons
   c.xq = xq.data(), c.corr = corr.data(), c.dxe = dxe.data(), c.sx = sx.data();
   c.w = static_cast<const uint8_t*>(w.data), c.bias = bias, c.y = y;
   c.prefetch_rows = T < kMaxMR ? kPrefetchRows : 0;
-  const int64_t n_tasks = T * N * K < kMinParallelMacs ? 1 : (N + kRowsPerTask - 1) / kRowsPerTask;
-  if (n_tasks == 1) return range(c, w, 0, N);
-  parallel_for(n_tasks, [&](int64_t i) { range(c, w, i * kRowsPerTask, std::min(N, (i + 1) * kRowsPerTask)); });
+  for_row_chunks(T, N, K, kRowsPerTask, [&](int64_t n0, int64_t n1) { range(c, w, n0, n1); });
 }
 
 #endif  // TINYLOOP_HAVE_VNNI_KERNEL
