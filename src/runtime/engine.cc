@@ -35,17 +35,17 @@ ops::KvDType parse_kv_mode(const std::optional<std::string>& mode) {
       "kv_mode must be 'fp16', 'fp32', 'int8', 'h_fp16', 'h_int8' or 'h_int4', got '" + m + "'");
 }
 
+// The kwarg, else TINYLOOP_QUANT_ACTIVATIONS, else "f32"; the error names where a bad value came from.
 bool parse_quant_activations(const std::optional<std::string>& mode) {
-  std::string m = mode.value_or("");
+  std::string source = "quant_activations", m = mode.value_or("");
   if (m.empty()) {
     const char* env = std::getenv("TINYLOOP_QUANT_ACTIVATIONS");
+    source = "TINYLOOP_QUANT_ACTIVATIONS";
     m = env && *env ? env : "f32";
-    if (m != "q8" && m != "f32")
-      throw std::invalid_argument("TINYLOOP_QUANT_ACTIVATIONS must be 'q8' or 'f32', got '" + m + "'");
   }
   if (m == "q8") return true;
   if (m == "f32") return false;
-  throw std::invalid_argument("quant_activations must be 'q8' or 'f32', got '" + m + "'");
+  throw std::invalid_argument(source + " must be 'q8' or 'f32', got '" + m + "'");
 }
 
 }  // namespace

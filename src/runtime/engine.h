@@ -37,7 +37,7 @@ class Engine {
   const model::LoopedModel& model() const { return *model_; }
   int64_t max_seq_len() const { return max_seq_len_; }
   ops::KvDType kv_dtype() const { return kv_dtype_; }
-  std::string kv_mode() const;  // "fp16" | "fp32" | "int8"
+  std::string kv_mode() const;  // as EngineOptions::kv_mode
   std::string quant_activations() const { return act_q8_ ? "q8" : "f32"; }
   bool fp16_body() const { return fp16_body_; }
   // TINYLOOP_DISABLE_KV_CACHE=1 at creation: every decode step re-runs the whole prefix.
