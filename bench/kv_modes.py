@@ -40,6 +40,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 from tinyloop.perplexity import read_slice, token_stream, window_starts  # noqa: E402
+from tinyloop.quantize import log_softmax  # noqa: E402
 from tinyloop.text import load_tokenizer  # noqa: E402
 
 BUNDLED = os.path.join(ROOT, "models", "tinyloop-demo.tinyloop")
@@ -70,12 +71,6 @@ def bytes_per_token(path, kv_mode, loops, slots, prompt):
             return (max(seen) - base) * 1024 * 1024
         n1, n2 = 8, 72
         return (live(n2) - live(n1)) / (n2 - n1)
-
-
-def log_softmax(z):
-    z = z.astype(np.float64)
-    m = z.max(axis=-1, keepdims=True)
-    return z - m - np.log(np.exp(z - m).sum(axis=-1, keepdims=True))
 
 
 def decode_logits(path, kv_mode, loops, slots, windows):

@@ -29,6 +29,9 @@ __all__ = [
     "is_quantized",
     "logical_shapes",
     "quantize_tensors",
+    "log_softmax",
+    "compare_models",
+    "eval_windows",
     "group_size",
 ]
 
@@ -226,31 +229,44 @@ def quantize_model(src, dst, weights: str, group: int | None = 32, scale_dtype: 
                        chat_template=m.chat_template, weight_dtype=wd)
 
 
-def _log_softmax(z: np.ndarray) -> np.ndarray:
+def log_softmax(z: np.ndarray) -> np.ndarray:
+    """log softmax over the last axis, in float64 (KL divergences of nearby distributions
+    need the precision)."""
     z = np.asarray(z, np.float64)
     m = z.max(axis=-1, keepdims=True)
     return z - m - np.log(np.exp(z - m).sum(axis=-1, keepdims=True))
 
 
 def compare_models(ref_path, test_path, windows: list, loops: int | None = None,
-                   progress: bool = True) -> dict:
+                   progress: bool = True, ref_kwargs: dict | None = None,
+                   test_kwargs: dict | None = None) -> dict:
     """Next-token distributions of `test_path` against `ref_path` on token windows (each an
-    int32 array): mean KL(ref || test) per predicted token, top-1 agreement, and both
-    perplexities (each window's tokens after the first are predicted)."""
+    int32 array): mean and max KL(ref || test) per predicted token, top-1 agreement, both
+    perplexities (each window's tokens after the first are predicted) and the seconds each
+    side spent in score(). ref_kwargs / test_kwargs go to the two Models, so one file can be
+    compared with itself under other settings (e.g. fp16_body=True)."""
     import sys
+    import time
 
     import tinyloop_py as tl
     from tqdm import tqdm
 
-    kl = agree = 0.0
+    kl = agree = kl_max = 0.0
     n = n_pred = 0
     nll = {"ref": 0.0, "test": 0.0}
-    with tl.Model(ref_path) as a, tl.Model(test_path) as b:
+    secs = {"ref": 0.0, "test": 0.0}
+    with tl.Model(ref_path, **(ref_kwargs or {})) as a, tl.Model(test_path, **(test_kwargs or {})) as b:
         L = loops or a.config()["default_loops"]
         for ids in tqdm(windows, desc="compare", unit="window", disable=not progress, file=sys.stderr):
-            la = _log_softmax(a.score(ids, loops=L))  # [T, V]
-            lb = _log_softmax(b.score(ids, loops=L))  # [T, V]
-            kl += float(np.sum(np.exp(la) * (la - lb)))
+            lp = {}
+            for side, m in (("ref", a), ("test", b)):
+                t0 = time.perf_counter()
+                lp[side] = log_softmax(m.score(ids, loops=L))  # [T, V]
+                secs[side] += time.perf_counter() - t0
+            la, lb = lp["ref"], lp["test"]
+            row_kl = np.sum(np.exp(la) * (la - lb), axis=1)  # [T]
+            kl += float(row_kl.sum())
+            kl_max = max(kl_max, float(row_kl.max()))
             agree += float(np.sum(la.argmax(axis=1) == lb.argmax(axis=1)))
             tgt = np.arange(len(ids) - 1)
             nll["ref"] -= float(la[tgt, ids[1:]].sum())
@@ -258,8 +274,10 @@ def compare_models(ref_path, test_path, windows: list, loops: int | None = None,
             n += len(ids)
             n_pred += len(ids) - 1
     count = max(1, n_pred)
-    return dict(loops=L, positions=n, mean_kl=kl / max(1, n), top1_agreement=agree / max(1, n),
-                ppl_ref=float(np.exp(nll["ref"] / count)), ppl_test=float(np.exp(nll["test"] / count)))
+    return dict(loops=L, positions=n, mean_kl=kl / max(1, n), max_kl=kl_max,
+                top1_agreement=agree / max(1, n),
+                ppl_ref=float(np.exp(nll["ref"] / count)), ppl_test=float(np.exp(nll["test"] / count)),
+                seconds_ref=secs["ref"], seconds_test=secs["test"])
 
 
 def eval_windows(model_path, files: list, ctx: int = 256, max_windows: int = 8,
