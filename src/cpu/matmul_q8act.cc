@@ -24,6 +24,7 @@
 #include "cpu/simd-inl.h"
 #include "hwy/highway.h"
 #include "ops/matmul_q8act.h"
+#include "ops/weight_quant_inl.h"
 
 #ifndef TINYLOOP_CPU_MATMUL_Q8ACT_ARGS_
 #define TINYLOOP_CPU_MATMUL_Q8ACT_ARGS_
@@ -121,21 +122,16 @@ HWY_INLINE void DotRows(const detail::Q8ActArgs& a, const int16_t* HWY_RESTRICT 
 void Q8ActRange(const detail::Q8ActArgs& a, int64_t n0, int64_t n1) {
   static_assert(hn::MaxLanes(hn::ScalableTag<int16_t>()) <= ops::kQ8Block, "block < vector");
   const int64_t K = a.K, ng = K / a.group;
-  const int64_t psize = a.scale_f16 ? 2 : 4;
+  const DType pt = a.scale_f16 ? DType::F16 : DType::F32;  // scales / offsets storage
   thread_local std::vector<int16_t> w16;  // [K] one weight row widened
   thread_local std::vector<float> dw, ow;  // [K / group] its scales, offsets (0 for int8)
   if (w16.size() < size_t(K)) w16.resize(size_t(K));
   if (dw.size() < size_t(ng)) dw.resize(size_t(ng)), ow.resize(size_t(ng));
   for (int64_t n = n0; n < n1; ++n) {
     WidenRow(a, n, w16.data());
-    const char* sp = static_cast<const char*>(a.scales) + n * ng * psize;
-    const char* op = a.int4 ? static_cast<const char*>(a.offsets) + n * ng * psize : nullptr;
     for (int64_t g = 0; g < ng; ++g) {
-      dw[size_t(g)] = a.scale_f16 ? ops::detail::half_to_float(reinterpret_cast<const uint16_t*>(sp)[g])
-                                  : reinterpret_cast<const float*>(sp)[g];
-      ow[size_t(g)] = !op ? 0.f
-                      : a.scale_f16 ? ops::detail::half_to_float(reinterpret_cast<const uint16_t*>(op)[g])
-                                    : reinterpret_cast<const float*>(op)[g];
+      dw[size_t(g)] = ops::detail::quant_param(a.scales, pt, n * ng + g);
+      ow[size_t(g)] = a.int4 ? ops::detail::quant_param(a.offsets, pt, n * ng + g) : 0.f;
     }
     int64_t t = 0;
     for (; t + 4 <= a.T; t += 4) DotRows<4>(a, w16.data(), dw.data(), ow.data(), t, n);
