@@ -209,8 +209,7 @@ def main(argv=None) -> int:
         Llama = None  # --torch alone: TinyLoop against PyTorch
         print("(llama_cpp not installed: llama.cpp rows skipped)", file=sys.stderr)
 
-    cache_dir = args.cache_dir or os.environ.get("TINYLOOP_BENCH_DIR") or os.path.join(
-        __import__("tempfile").gettempdir(), "tinyloop-bench")
+    cache_dir = bench.bench_dir(args.cache_dir)
     path = args.model or bench.bench_model_path("f16", args.cache_dir)
     loops = args.loops or read_header_loops(path)
     # configs: (label, TinyLoop file, Model kwargs, GGUF file); one llama.cpp model per GGUF.

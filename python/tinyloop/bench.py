@@ -46,11 +46,18 @@ WEIGHT_DTYPES = ("f32", "f16", "bf16", "int8", "int4")
 QUANT_GROUP = 32
 
 
-def bench_model_path(weight_dtype: str, cache_dir: str | None = None) -> str:
-    """The cached benchmark model for a weight dtype, written on first use."""
+def bench_dir(cache_dir: str | None = None) -> str:
+    """Where generated benchmark models are kept: cache_dir, else $TINYLOOP_BENCH_DIR, else
+    <tmp>/tinyloop-bench (created)."""
     cache_dir = cache_dir or os.environ.get("TINYLOOP_BENCH_DIR") or os.path.join(
         tempfile.gettempdir(), "tinyloop-bench")
     os.makedirs(cache_dir, exist_ok=True)
+    return cache_dir
+
+
+def bench_model_path(weight_dtype: str, cache_dir: str | None = None) -> str:
+    """The cached benchmark model for a weight dtype, written on first use."""
+    cache_dir = bench_dir(cache_dir)
     quant = weight_dtype in ("int8", "int4")
     tag = f"{weight_dtype}-g{QUANT_GROUP}" if quant else weight_dtype
     path = os.path.join(cache_dir, f"bench-h768-pre1-loop2-post1-{tag}.tinyloop")
