@@ -524,10 +524,5 @@ void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv
   attention_segments(q, T, n_heads, kv, 0, kv, q_pos, k_lo, out);  // split 0: all in kv
 }
 
-// The INT8 entry point of dispatch: the same routine (kv.dtype == I8 picks the int8 loader).
-void attention_int8(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,
-                    const int64_t* q_pos, const int64_t* k_lo, float* out) {
-  attention_segments(q, T, n_heads, kv, 0, kv, q_pos, k_lo, out);
-}
 }  // namespace tinyloop::cpu
 #endif

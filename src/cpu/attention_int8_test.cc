@@ -80,7 +80,7 @@ Queries causal_chunk(int64_t first, int64_t T, int64_t n_heads, int64_t hd, int6
 void expect_close(const I8Slot& s, int64_t n_heads, const Queries& qs) {
   const int64_t T = qs.T(), hd = s.hd;
   std::vector<float> out(size_t(T * n_heads * hd), NAN), ref(out.size(), NAN);
-  cpu::attention_int8(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), out.data());
+  cpu::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), out.data());
   ops::ref::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), ref.data());
   for (int64_t t = 0; t < T; ++t) {
     const int64_t n = qs.q_pos[size_t(t)] - qs.k_lo[size_t(t)] + 1;
@@ -198,10 +198,10 @@ TEST(CpuAttentionInt8, BatchAndThreadInvariant) {
       I8Slot s(48, 3, hd, 45, 15);
       const Queries qs = causal_chunk(36, T, n_heads, hd, 20, 16);
       std::vector<float> all(size_t(T * row));
-      cpu::attention_int8(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), all.data());
+      cpu::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), all.data());
       for (int64_t t = 0; t < T; ++t) {
         std::vector<float> one(static_cast<size_t>(row));
-        cpu::attention_int8(qs.q.data() + t * row, 1, n_heads, s.view(), &qs.q_pos[size_t(t)],
+        cpu::attention(qs.q.data() + t * row, 1, n_heads, s.view(), &qs.q_pos[size_t(t)],
                             &qs.k_lo[size_t(t)], one.data());
         for (int64_t i = 0; i < row; ++i) ASSERT_EQ(one[size_t(i)], all[size_t(t * row + i)]) << "t=" << t;
       }
@@ -209,7 +209,7 @@ TEST(CpuAttentionInt8, BatchAndThreadInvariant) {
       for (int n : {1, 3}) {
         set_num_threads(n);
         std::vector<float> again(all.size());
-        cpu::attention_int8(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), again.data());
+        cpu::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), again.data());
         ASSERT_EQ(again, all) << "threads=" << n;
       }
       set_num_threads(before);
@@ -239,11 +239,11 @@ TEST(CpuAttentionInt8, TilesAnyRowGroupingBitIdentical) {
           expect_close(s, n_heads, qs);
           const int64_t T = qs.T(), row = n_heads * hd;
           std::vector<float> all(size_t(T * row), NAN);
-          cpu::attention_int8(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), all.data());
+          cpu::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), all.data());
           for (int64_t chunk : {1, 2, 3, 5}) {
             std::vector<float> parts(all.size(), NAN);
             for (int64_t t0 = 0; t0 < T; t0 += chunk)
-              cpu::attention_int8(qs.q.data() + t0 * row, std::min(chunk, T - t0), n_heads, s.view(),
+              cpu::attention(qs.q.data() + t0 * row, std::min(chunk, T - t0), n_heads, s.view(),
                                   &qs.q_pos[size_t(t0)], &qs.k_lo[size_t(t0)], parts.data() + t0 * row);
             for (size_t i = 0; i < all.size(); ++i)
               ASSERT_EQ(std::bit_cast<uint32_t>(parts[i]), std::bit_cast<uint32_t>(all[i]))

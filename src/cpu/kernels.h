@@ -37,8 +37,9 @@ std::string bf16dot_kernel_name();
 // true: run the portable kernel even on an AVX512-BF16 CPU (tests, benchmarks).
 void set_bf16dot_portable(bool on);
 
-// Causal attention, same contract as ops::attention. (query row, kv head) pairs are split
-// across the thread pool.
+// Causal attention, same contract as ops::attention, over an F32, F16 or INT8 slot (INT8:
+// ops/kv_quant.h, int8 values with a float scale per (position, kv head), widened and scaled
+// inside the dot products). Tiles of query rows x kv heads are split across the thread pool.
 void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,
                const int64_t* q_pos, const int64_t* k_lo, float* out);
 
@@ -48,12 +49,6 @@ void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv
 void attention_segments(const float* q, int64_t T, int64_t n_heads, const ops::KvView& prefix,
                         int64_t split, const ops::KvView& tail, const int64_t* q_pos,
                         const int64_t* k_lo, float* out);
-
-// Causal attention over an INT8 slot (kv.dtype == I8, ops/kv_quant.h: int8 values with a
-// float scale per (position, kv head), widened and scaled inside the dot products); same
-// contract as ops::attention. (cpu/attention.cc: the shared routine with split 0)
-void attention_int8(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,
-                    const int64_t* q_pos, const int64_t* k_lo, float* out);
 
 // Writes K/V rows into a slot (F16: hardware conversion), same contract as ops::kv_write.
 void kv_write(ops::KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,

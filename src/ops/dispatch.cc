@@ -98,7 +98,6 @@ void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
                const int64_t* q_pos, const int64_t* k_lo, float* out) {
   if (is_store_h(kv.dtype)) throw std::logic_error("attention on a store-h slot: rebuild K/V first");
   if (scalar()) return ref::attention(q, T, n_heads, kv, q_pos, k_lo, out);
-  if (kv.dtype == KvDType::I8) return cpu::attention_int8(q, T, n_heads, kv, q_pos, k_lo, out);
   cpu::attention(q, T, n_heads, kv, q_pos, k_lo, out);
 }
 
