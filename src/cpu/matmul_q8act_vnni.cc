@@ -23,7 +23,7 @@
 // then the offset term sum_b o_w s_x (int4) as a 16-block dot product reduced the same way,
 // then the bias, one masked store of NR outputs.
 //
-// Register tile: MR <= 4 x rows against NR <= 4 weight rows; each weight unit is loaded
+// Register tile: MR <= 4 x rows against NR <= 3 weight rows; each weight unit is loaded
 // and decoded once for the MR rows, each x unit once for the NR rows. Batch invariance:
 // output (t, n) has its own accumulator and goes through the same instructions in the same
 // order (units j = 0, 1, ..., then the same reductions) in every tile shape, so its bits
@@ -77,7 +77,8 @@ constexpr int64_t kVecBytes = 64;     // one zmm
 constexpr int64_t kUnit = 128;        // columns per unit (4 blocks), for x: xa | xb, 128 bytes
 constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task (as matmul.cc)
 constexpr int64_t kTChunk = 64;       // x rows per pass over a task's weight rows (L2-sized)
-constexpr int kMaxMR = 4, kMaxNR = 4;
+// Tile bounds: prefill runs 4 x rows x 3 weight rows (the widest tile used; see range()).
+constexpr int kMaxMR = 4, kMaxNR = 3;
 // Decode prefetches the weight this many rows ahead (int8 K = 768: 6 KiB). See range().
 constexpr int64_t kPrefetchRows = 8;
 
@@ -273,7 +274,7 @@ void range(const Ctx& c, const ops::WeightView& w, int64_t n0, int64_t n1) {
   // engine (int8 60-64 t/s with the prefetch, int4 no better), so they are not used.
   // Prefill: 4 x rows x 3 weight rows (each weight row holds 2 operand registers a unit; 3
   // measured ~10% above 2 on int8). Each output's arithmetic is the same in every tile.
-  const int nr_max = c.T < kMaxMR ? 1 : 3;
+  const int nr_max = c.T < kMaxMR ? 1 : kMaxNR;
   for (int64_t tc = 0; tc < c.T; tc += kTChunk) {
     const int64_t te = std::min(c.T, tc + kTChunk);
     for (int64_t r0 = 0; r0 < rows; r0 += nr_max) {
