@@ -23,7 +23,7 @@
 // then the offset term sum_b o_w s_x (int4) as a 16-block dot product reduced the same way,
 // then the bias, one masked store of NR outputs.
 //
-// Register tile: MR <= 4 x rows against NR <= 3 weight rows; each weight unit is loaded
+// Register tile: MR <= 4 x rows against NR <= 4 weight rows; each weight unit is loaded
 // and decoded once for the MR rows, each x unit once for the NR rows. Batch invariance:
 // output (t, n) has its own accumulator and goes through the same instructions in the same
 // order (units j = 0, 1, ..., then the same reductions) in every tile shape, so its bits
@@ -77,9 +77,9 @@ constexpr int64_t kVecBytes = 64;     // one zmm
 constexpr int64_t kUnit = 128;        // columns per unit (4 blocks), for x: xa | xb, 128 bytes
 constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task (as matmul.cc)
 constexpr int64_t kTChunk = 64;       // x rows per pass over a task's weight rows (L2-sized)
-// Tile bounds: prefill runs 4 x rows x 3 weight rows, decode (T < 4) T x rows x 4 weight
+// Tile bounds: prefill runs 4 x rows x 4 weight rows, decode (T < 4) T x rows x 4 weight
 // rows (see range()).
-constexpr int kMaxMR = 4, kMaxNR = 4, kPrefillNR = 3, kDecodeNR = 4;
+constexpr int kMaxMR = 4, kMaxNR = 4, kPrefillNR = 4, kDecodeNR = 4;
 // Decode prefetches the weight this many rows ahead (int8 K = 768: 6 KiB). See range().
 constexpr int64_t kPrefetchRows = 8;
 
@@ -318,8 +318,10 @@ void range(const Ctx& c, const ops::WeightView& w, int64_t n0, int64_t n1) {
   // Decode with other params (F32, or groups of several blocks): one weight row at a time
   // from the Panel, prefetching the weight kPrefetchRows ahead (the engine's weights are not
   // hot in L1/L2 each token: other layers and the head pass in between).
-  // Prefill: 4 x rows x 3 weight rows (each weight row holds 2 operand registers a unit; 3
-  // measured ~10% above 2 on int8). Each output's arithmetic is the same in every tile.
+  // Prefill: 4 x rows x 4 weight rows (each weight row holds 2 operand registers a unit).
+  // q8act_bench, 1 thread, T = 512: 4 rows 130-152 GFLOP/s against 3 rows 122-131 and 2 rows
+  // 115-133 (Xeon, 2026-12-01; on Zen 4, 3 rows had measured ~10% above 2). Each output's
+  // arithmetic is the same in every tile.
   const int nr_max = c.T < kMaxMR ? 1 : kPrefillNR;
   for (int64_t tc = 0; tc < c.T; tc += kTChunk) {
     const int64_t te = std::min(c.T, tc + kTChunk);
