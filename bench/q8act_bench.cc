@@ -1,5 +1,5 @@
 // Speed of the q8-activation matmul (ops/matmul_q8act.h) on the benchmark model's shapes:
-// the AVX512-VNNI kernel, the Highway kernel, and the exact f32-activation kernel on the same
+// the packed AVX512-VNNI kernel, the row-major VNNI kernel, the Highway kernel, and the exact f32-activation kernel on the same
 // int8 / int4 weight (G = 32, F16 scales). The three alternate in rounds, best of `reps` each,
 // in one process (the machine is shared: compare within a run, and note the load).
 //
@@ -12,6 +12,7 @@
 
 #include "bench_timing.h"
 #include "cpu/kernels.h"
+#include "cpu/matmul_q8act_packed.h"
 #include "cpu/matmul_q8act_vnni.h"
 #include "cpu/thread_pool.h"
 #include "ops/test_util.h"
@@ -27,20 +28,28 @@ void q8_case(const char* what, int64_t T, int64_t K, int64_t N, DType dt, int re
   const auto x = ops::testing::random_floats(size_t(T * K), 2);  // [T, K]
   std::vector<float> y(size_t(T * N));                            // [T, N]
   const bool vnni = cpu::detail::vnni_supported();
-  const char* names[3] = {"vnni", "highway", "f32-act"};
-  const std::function<void()> run[3] = {
+  // The packed copy (cpu/matmul_q8act_packed.h), 64-byte aligned.
+  std::vector<uint8_t> packed(size_t(vnni ? cpu::detail::q8act_packed_bytes(w) + 64 : 0));
+  ops::WeightView wp = w;
+  if (vnni) {
+    wp.q8packed = packed.data() + (64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64;
+    cpu::detail::pack_q8act(w, const_cast<uint8_t*>(wp.q8packed));
+  }
+  const char* names[4] = {"packed", "vnni", "highway", "f32-act"};
+  const std::function<void()> run[4] = {
+      [&] { cpu::detail::matmul_q8act_packed(x.data(), T, wp, nullptr, y.data()); },
       [&] { cpu::detail::matmul_q8act_vnni(x.data(), T, w, nullptr, y.data()); },
       [&] { cpu::detail::matmul_q8act_hwy(x.data(), T, w, nullptr, y.data()); },
       [&] { cpu::matmul(x.data(), T, w, nullptr, y.data()); }};
-  double wall[3] = {1e30, 1e30, 1e30}, cpu_s[3] = {1e30, 1e30, 1e30};
+  double wall[4] = {1e30, 1e30, 1e30, 1e30}, cpu_s[4] = {1e30, 1e30, 1e30, 1e30};
   for (int round = 0; round < 3; ++round)  // the kernels alternate: best of each over rounds
-    for (int k = vnni ? 0 : 1; k < 3; ++k) {
+    for (int k = vnni ? 0 : 2; k < 4; ++k) {
       const auto [w_s, c_s] = bench::time_best(run[k], reps);
       wall[k] = std::min(wall[k], w_s);
       cpu_s[k] = std::min(cpu_s[k], c_s);
     }
   const double flops = 2.0 * double(T * N * K);
-  for (int k = vnni ? 0 : 1; k < 3; ++k)
+  for (int k = vnni ? 0 : 2; k < 4; ++k)
     std::printf("%-7s %-2s T=%-4lld K=%-5lld N=%-5lld %-8s %8.3f ms  %7.1f GFLOP/s  | per CPU-s %7.1f GFLOP/s\n",
                 what, dtype_name(dt), (long long)T, (long long)K, (long long)N, names[k], wall[k] * 1e3,
                 flops / wall[k] / 1e9, flops / cpu_s[k] / 1e9);

@@ -39,10 +39,13 @@ void bind_runtime(py::module_& m) {
           d["compiled_targets"] = names;
           d["force_scalar"] = ops::force_scalar();
           d["num_threads"] = cpu::num_threads();
+          d["q8_kernel"] = cpu::q8act_kernel_name();
           return d;
         },
         "The CPU backend's state: the SIMD target in use (e.g. 'AVX3'), the targets compiled "
-        "in, whether the scalar reference is forced, and the thread count.");
+        "in, whether the scalar reference is forced, the thread count, and the kernel of "
+        "quant_activations='q8' matmuls ('avx512vnni': int8/int4 weights get a repacked copy "
+        "at load, counted in vram_usage_mb; else 'portable-<target>').");
 }
 
 }  // namespace tinyloop::py_bind

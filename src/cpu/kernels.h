@@ -25,7 +25,16 @@ namespace tinyloop::cpu {
 void matmul(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y);
 
 // y[T, N] with x quantized per 32 as llama.cpp does (ops/matmul_q8act.h), int8 / int4 weights.
+// Runs the packed VNNI kernel when w.q8packed is set (cpu/matmul_q8act_packed.h), else the
+// row-major VNNI kernel, or the Highway one on CPUs without VNNI / with TINYLOOP_DISABLE_VNNI.
 void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y);
+// The packed copy for matmul_q8act: its bytes (0 when w does not apply, or VNNI is off) and
+// the packer (throws std::invalid_argument when the bytes are 0).
+int64_t q8act_packed_bytes(const ops::WeightView& w);
+void pack_q8act(const ops::WeightView& w, void* out);
+// Which kernel matmul_q8act runs: "avx512vnni" (packed copies when the model made them) or
+// "portable-<Highway target>".
+std::string q8act_kernel_name();
 
 // The reduced-precision matmul of ops/matmul_bf16dot.h (x rounded to bf16, the packed BF16
 // copy w.bf16dot, float32 sums): the spec's bits, by vdpbf16ps when the CPU has AVX512-BF16,

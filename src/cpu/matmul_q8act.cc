@@ -149,6 +149,7 @@ HWY_AFTER_NAMESPACE();
 #include <string>
 
 #include "cpu/kernels.h"
+#include "cpu/matmul_q8act_packed.h"
 #include "cpu/matmul_q8act_vnni.h"
 #include "cpu/matmul_split.h"
 #include "ops/weight_quant_inl.h"
@@ -192,14 +193,33 @@ void detail::matmul_q8act_hwy(const float* x, int64_t T, const ops::WeightView& 
   detail::for_row_chunks(T, N, K, kRowsPerTask, [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
 }
 
-void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
-  static const bool vnni = [] {
+namespace {
+// VNNI kernels on: the CPU has them and TINYLOOP_DISABLE_VNNI is unset (read once).
+bool vnni_on() {
+  static const bool on = [] {
     const char* env = std::getenv("TINYLOOP_DISABLE_VNNI");
     const bool disabled = env && *env && std::strcmp(env, "0") != 0;
     return !disabled && detail::vnni_supported();
   }();
-  if (vnni) return detail::matmul_q8act_vnni(x, T, w, bias, y);
+  return on;
+}
+}  // namespace
+
+void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
+  if (vnni_on() && w.q8packed) return detail::matmul_q8act_packed(x, T, w, bias, y);
+  if (vnni_on()) return detail::matmul_q8act_vnni(x, T, w, bias, y);
   detail::matmul_q8act_hwy(x, T, w, bias, y);
+}
+
+int64_t q8act_packed_bytes(const ops::WeightView& w) { return vnni_on() ? detail::q8act_packed_bytes(w) : 0; }
+
+std::string q8act_kernel_name() { return vnni_on() ? "avx512vnni" : "portable-" + simd_target_name(); }
+
+void pack_q8act(const ops::WeightView& w, void* out) {
+  if (cpu::q8act_packed_bytes(w) == 0)
+    throw std::invalid_argument("pack_q8act: the weight can not be packed (needs int8/int4 with a group that is "
+                                "a multiple of 32, and AVX512-VNNI enabled)");
+  detail::pack_q8act(w, out);
 }
 
 }  // namespace tinyloop::cpu

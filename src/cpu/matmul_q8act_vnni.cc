@@ -60,6 +60,9 @@ bool vnni_supported() { return false; }
 void matmul_q8act_vnni(const float*, int64_t, const ops::WeightView&, const float*, float*) {
   throw std::runtime_error("q8 activations: the VNNI kernel is not compiled on this platform");
 }
+void quantize_row_q8_avx512(const float*, int64_t, Q8RowLayout, int8_t*, float*, int32_t*, int32_t*) {
+  throw std::runtime_error("q8 activations: the AVX-512 quantizer is not compiled on this platform");
+}
 
 #else
 
@@ -335,17 +338,17 @@ void range(const Ctx& c, const ops::WeightView& w, int64_t n0, int64_t n1) {
   }
 }
 
-// One x row x [K] quantized exactly as ops::detail::quantize_row_q8 does, a block of 32 in
-// two vectors, written straight into the tile layout: out [nv * 128] (zeroed by the caller),
-// amax [nb] and the integer sums qsum [nb] of each block (the caller rounds d and s through
-// fp16 in plain code, as the reference). The bits equal the reference's: max |x| is exact in
-// any order (a NaN lane is skipped, as fmax does); q = cvtps_epi32(x * id) rounds half to
-// even like the reference's `(x * id + 1.5 * 2^23) - 1.5 * 2^23`, and the product is
-// _mm512_mul_round_ps, which GCC cannot fuse into an FMA (a plain `x * id + c` in code
-// compiled for AVX-512 would be contracted and round differently). int8 rows also get corr
-// [nv * 16] = -128 * (the 8 x bytes of each lane).
-TL_VNNI void quantize_row(const float* x, int64_t K, bool int4, int8_t* out, float* amax, int32_t* qsum,
-                          int32_t* corr) {
+}  // namespace
+
+// See matmul_q8act_vnni.h. The bits equal the reference's: max |x| is exact in any order (a
+// NaN lane is skipped, as fmax does); q = cvtps_epi32(x * id) rounds half to even like the
+// reference's `(x * id + 1.5 * 2^23) - 1.5 * 2^23`, and the product is _mm512_mul_round_ps,
+// which GCC cannot fuse into an FMA (a plain `x * id + c` in code compiled for AVX-512 would
+// be contracted and round differently). Unit-layout int8 rows also get corr [nv * 16] =
+// -128 * (the 8 x bytes of each lane).
+TL_VNNI void quantize_row_q8_avx512(const float* x, int64_t K, Q8RowLayout layout, int8_t* out, float* amax,
+                                    int32_t* qsum, int32_t* corr) {
+  const bool int4 = layout == Q8RowLayout::UnitInt4;
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
@@ -361,15 +364,17 @@ TL_VNNI void quantize_row(const float* x, int64_t K, bool int4, int8_t* out, flo
     const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_round_ps(x0, id, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_round_ps(x1, id, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     qsum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-    // Block b is 128-bit lane b % 4 of unit b / 4: int4 even columns | odd columns (the
-    // nibble order), int8 columns 0-15 | 16-31. vpmovdb truncates to the int8 value.
-    int8_t* u = out + (b / 4) * kUnit + (b % 4) * 16;
+    // Natural: columns in order. Unit layouts: block b is 128-bit lane b % 4 of unit b / 4:
+    // int4 even columns | odd columns (the nibble order), int8 columns 0-15 | 16-31.
+    // vpmovdb truncates to the int8 value.
+    const bool natural = layout == Q8RowLayout::Natural;
+    int8_t* u = natural ? out + b * 32 : out + (b / 4) * kUnit + (b % 4) * 16;
     const __m512i lo = int4 ? _mm512_permutex2var_epi32(q0, even, q1) : q0;
     const __m512i hi = int4 ? _mm512_permutex2var_epi32(q0, odd, q1) : q1;
     _mm_storeu_si128(reinterpret_cast<__m128i*>(u), _mm512_cvtepi32_epi8(lo));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(u + kVecBytes), _mm512_cvtepi32_epi8(hi));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(u + (natural ? 16 : kVecBytes)), _mm512_cvtepi32_epi8(hi));
   }
-  if (int4) return;
+  if (layout != Q8RowLayout::UnitInt8) return;
   const __m512i ones = _mm512_set1_epi8(1);
   for (int64_t j = 0; j < (K + kUnit - 1) / kUnit; ++j) {
     const int8_t* u = out + j * kUnit;
@@ -378,6 +383,8 @@ TL_VNNI void quantize_row(const float* x, int64_t K, bool int4, int8_t* out, flo
     _mm512_storeu_si512(corr + j * 16, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
   }
 }
+
+namespace {
 
 // x rows quantized (bit for bit as the scalar quantizer of ops/matmul_q8act.h) and laid out
 // for the tiles: xq, corr (int8), dxe, sx (int4) of Ctx. Not compiled for AVX-512 itself, so
@@ -394,8 +401,8 @@ void prepare_x(const float* x, Ctx& c, std::vector<int8_t>& xq, std::vector<int3
   thread_local std::vector<int32_t> qsum;  // [nb] its integer block sums
   if (amax.size() < size_t(nb)) amax.resize(size_t(nb)), qsum.resize(size_t(nb));
   for (int64_t t = 0; t < T; ++t) {
-    quantize_row(x + t * K, K, c.int4, xq.data() + t * xrow, amax.data(), qsum.data(),
-                 c.int4 ? nullptr : corr.data() + t * lrow);
+    quantize_row_q8_avx512(x + t * K, K, c.int4 ? Q8RowLayout::UnitInt4 : Q8RowLayout::UnitInt8,
+                           xq.data() + t * xrow, amax.data(), qsum.data(), c.int4 ? nullptr : corr.data() + t * lrow);
     float* de = dxe.data() + t * lrow;  // [lrow]: 4 lanes a block
     for (int64_t b = 0; b < nb; ++b) {
       const float df = amax[size_t(b)] / 127.f;  // as ops::detail::quantize_block_q8

@@ -12,6 +12,10 @@ namespace tinyloop::model {
 LoopedModel::LoopedModel(std::shared_ptr<const ModelFile> file, bool act_q8, bool bf16_body)
     : file_(std::move(file)), cfg_(file_->config()), w_(bind_weights(*file_)) {
   set_activation_q8(w_, act_q8);
+  if (act_q8) {
+    q8_copies_ = set_q8act_packs(w_);
+    q8_tracked_ = TrackedBytes(&memory_, q8_copies_.bytes);
+  }
   if (bf16_body) {
     bf16_copies_ = set_loop_bf16dot(w_);
     bf16_tracked_ = TrackedBytes(&memory_, bf16_copies_.bytes);

@@ -36,6 +36,9 @@ class LoopedModel {
   MemoryTracker& memory() const { return memory_; }
   // Bytes of the packed BF16 copies (0 unless bf16_body).
   int64_t bf16_body_bytes() const { return bf16_copies_.bytes; }
+  // Bytes of the q8 weights' VNNI-layout copies (0 unless quant_activations="q8" on a CPU
+  // with AVX512-VNNI).
+  int64_t q8_packed_bytes() const { return q8_copies_.bytes; }
 
   // x[T, D] = pre_blocks(embed[tokens] * embed_scale (+ pos_emb[pos])). Writes pre slots.
   // trace (optional, for score_trajectory): [1 + n_pre_blocks, T, D] receives the embedding,
@@ -69,8 +72,10 @@ class LoopedModel {
   const ModelConfig& cfg_;
   ModelWeights w_;
   mutable MemoryTracker memory_;
-  Bf16DotCopies bf16_copies_;   // the views of w_ point into these
+  PackedCopies bf16_copies_;    // the views of w_ point into these
   TrackedBytes bf16_tracked_;   // their bytes, in memory_
+  PackedCopies q8_copies_;      // likewise, the VNNI layout of q8 weights
+  TrackedBytes q8_tracked_;
 };
 
 }  // namespace tinyloop::model

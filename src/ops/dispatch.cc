@@ -42,6 +42,9 @@ void matmul(const float* x, int64_t T, const WeightView& w, const float* bias, f
   cpu::matmul(x, T, w, bias, y);
 }
 
+int64_t q8act_packed_bytes(const WeightView& w) { return cpu::q8act_packed_bytes(w); }
+void pack_q8act(const WeightView& w, void* out) { cpu::pack_q8act(w, out); }
+
 void matmul_q8act(const float* x, int64_t T, const WeightView& w, const float* bias, float* y) {
   if (scalar()) return ref::matmul_q8act(x, T, w, bias, y);
   cpu::matmul_q8act(x, T, w, bias, y);

@@ -68,6 +68,13 @@ namespace ref {
 void matmul_q8act(const float* x, int64_t T, const WeightView& w, const float* bias, float* y);
 }  // namespace ref
 
+// A copy of w repacked for the AVX512-VNNI kernel (cpu/matmul_q8act_packed.h): its size in
+// bytes, 0 when w does not apply or the CPU has no VNNI (or TINYLOOP_DISABLE_VNNI is set),
+// and pack_q8act writes it to out (64-byte aligned). Point w.q8packed at it: matmul_q8act
+// then gives the same bits, faster.
+int64_t q8act_packed_bytes(const WeightView& w);
+void pack_q8act(const WeightView& w, void* out);
+
 // The dispatched op (SIMD unless TINYLOOP_FORCE_SCALAR), same contract as ref::matmul_q8act.
 // ops::matmul calls it for views with act_q8 set.
 void matmul_q8act(const float* x, int64_t T, const WeightView& w, const float* bias, float* y);

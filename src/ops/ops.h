@@ -34,6 +34,9 @@ struct WeightView {
   // I8 / U4 only: matmul quantizes x per 32 columns as llama.cpp does (ops/matmul_q8act.h)
   // when the group allows it (a multiple of 32); set per Model (quant_activations="q8"; default "f32").
   bool act_q8 = false;
+  // Optional copy of an act_q8 weight repacked for the VNNI kernel (cpu/matmul_q8act_packed.h):
+  // when set, the q8 matmul reads it instead of data / scales / offsets, same bits.
+  const uint8_t* q8packed = nullptr;
   // Optional BF16 copy of W packed for the reduced-precision matmul (ops/matmul_bf16dot.h,
   // TINYLOOP_EXPERIMENTAL_FP16_BODY): when set, matmul rounds x to bf16 and multiplies it by
   // this copy instead of `data`. [ceil(N / 64), ceil(K / 2), 64] uint32 (pairs of bf16).

@@ -469,3 +469,34 @@ def test_engine_mixed_smollm2_layout(tmp_path):
         want = reference.forward(cfg, q, PROMPT, 1, quant_activations=mode)
         other = reference.forward(cfg, q, PROMPT, 1) if mode == "q8" else None
         assert_mode_close(got, want, mode, other)
+
+
+@pytest.mark.parametrize("wd", ["int8", "int4"])
+@pytest.mark.parametrize("scale_dtype", ["f32", "f16"])
+def test_q8_packed_copies_are_counted_and_rows_are_batch_invariant(tmp_path, wd, scale_dtype):
+    """On a CPU with AVX512-VNNI, quant_activations="q8" repacks every int8 / int4 matmul
+    weight for the VNNI kernel (cpu/matmul_q8act_packed.h): vram_usage_mb counts the copies
+    (16-row groups x 32-column cells: the weight bytes plus the params in their own dtype),
+    and a row's logits do not depend on how many rows are scored with it (3 rows take the
+    kernel's decode path, 4 and more its prefill tiles)."""
+    tl = _engine()
+    path = _quantized_model(tmp_path, "llama", wd, 32, scale_dtype, max_seq_len=128)
+    m = F.read_model(path)
+    ps = 2 if scale_dtype == "f16" else 4
+    expected = 0
+    for name, dt in m.dtypes.items():
+        if dt not in ("I8", "U8") or (name == "embed.weight" and not m.config["tie_embeddings"]):
+            continue
+        n, k = m.tensors[name].shape[0], m.tensors[name].shape[1] * (2 if dt == "U8" else 1)
+        cell = 512 + 16 * ps if dt == "I8" else 256 + 32 * ps
+        expected += -(-n // 16) * (k // 32) * cell
+    with tl.Model(path, quant_activations="q8") as a, tl.Model(path, quant_activations="f32") as b:
+        extra = round((a.vram_usage_mb() - b.vram_usage_mb()) * 2**20)
+        if tl.cpu_info()["q8_kernel"] == "avx512vnni":
+            assert extra == expected > 0
+        else:
+            assert extra == 0
+        ids = np.array(PROMPT, np.int32)
+        full = a.score(ids, loops=2)  # [T, V]
+        for t in range(2, len(ids)):  # the last row of each prefix, through a fresh cache
+            np.testing.assert_array_equal(a.score(ids[: t + 1], loops=2)[-1], full[t])

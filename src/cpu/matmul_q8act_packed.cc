@@ -1,0 +1,307 @@
+// The q8-activation matmul on a repacked copy of an int8 / int4 weight (AVX512-VNNI), bit
+// for bit ops::ref::matmul_q8act. ops/matmul_q8act.h has the math; matmul_q8act_packed.h the
+// contract. Compiled with -ffp-contract=off (src/cpu/CMakeLists.txt): the reference rounds
+// every product and sum on its own, and so must the vector code.
+//
+// Why a copy: in the weight's own row-major layout one vpdpbusd covers 64 columns of ONE
+// output row, so the kernel keeps per-lane partial sums and pays a convert + scale per 128
+// products (matmul_q8act_vnni.cc). Here 16 output rows are interleaved by 4 columns (the
+// layout of an AMX / VNNI "B" operand): one vpdpbusd multiplies 4 columns of 16 rows by the
+// same 4 x bytes broadcast, 8 of them give the 16 rows' exact int32 sums over a block of
+// 32 columns, and the float work is one convert, two products and one sum per 512 products,
+// in the reference's order: acc += (d_w * d_x) * float(isum), block after block.
+//
+// Packed layout: row groups of 16 (rows past N are zeros), each a run of nb = K / 32 cells,
+// one per block b:
+//   int8 [8 quads][16 rows][4 bytes] u8 = w + 128 (512 B), d_w [16]
+//   int4 [4 quad pairs][16 rows][4 bytes]: low nibble quad p, high nibble quad p + 4 (256 B),
+//        d_w [16], o_w [16]
+// with the params in the weight's dtype (F16: 32 B each, F32: 64 B), groups of several
+// blocks repeated per block. F16 cells hold the same bytes as the row-major weight.
+// The int8 weight is signed and vpdpbusd's first operand unsigned: (w + 128) x summed, then
+// -128 * sum x (the block's integer sum of x, exact) added back gives sum w x exactly.
+//
+// Tiles: MR x rows by NG groups of 16 weight rows; each cell is loaded (and int4 unpacked)
+// once per tile, each broadcast x quad once per x row. Prefill: 4 x rows by 2 groups.
+// Decode (T < 4): T x rows by 2 groups, the cells prefetched ahead. Every output's
+// arithmetic is the same in every tile shape, task split and thread.
+#include "cpu/matmul_q8act_packed.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cpu/matmul_q8act_vnni.h"
+#include "cpu/matmul_split.h"
+#include "ops/matmul_q8act.h"
+#include "ops/weight_quant_inl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TINYLOOP_HAVE_PACKED_KERNEL 1
+#include <immintrin.h>
+#define TL_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+// GCC bug 105593 (see matmul_q8act_vnni.cc).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace tinyloop::cpu::detail {
+
+namespace {
+
+constexpr int64_t kGroupRows = 16;    // output rows interleaved in one cell
+constexpr int64_t kQuadBytes = 64;    // one quad of 16 rows: one zmm
+constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task: 2 groups (as matmul.cc)
+constexpr int64_t kTChunk = 64;       // x rows per pass over a task's cells
+// Decode prefetches this many cells ahead in each group's run. Engine tg128 int4, 1 thread:
+// none 175-198 t/s, 4 cells 197-215, 8-32 no better (Xeon, 2026-12-01): decode streams the
+// weights at the core's bandwidth (~22 GB/s), the prefetch only evens out the stream.
+constexpr int64_t kPrefetchCells = 4;
+
+// A cell: the weight bytes, then d_w [16] (and o_w [16] for int4) in the weight's own param
+// dtype (F16 stays F16: decode is bound by the bytes it streams, and the tile converts them
+// exactly in a register).
+int64_t weight_bytes(bool int4) { return int4 ? 4 * kQuadBytes : 8 * kQuadBytes; }
+int64_t param_bytes(bool f16) { return f16 ? 2 * kGroupRows : 4 * kGroupRows; }
+int64_t cell_bytes(bool int4, bool f16) { return weight_bytes(int4) + (int4 ? 2 : 1) * param_bytes(f16); }
+
+bool packable(const ops::WeightView& w) { return ops::q8act_applies(w) && vnni_supported(); }
+
+}  // namespace
+
+int64_t q8act_packed_bytes(const ops::WeightView& w) {
+  if (!packable(w)) return 0;
+  const bool int4 = w.dtype == DType::U4;
+  return (w.rows + kGroupRows - 1) / kGroupRows * (w.cols / ops::kQ8Block) *
+         cell_bytes(int4, w.scale_dtype == DType::F16);
+}
+
+void pack_q8act(const ops::WeightView& w, void* out) {
+  if (!packable(w))
+    throw std::invalid_argument("pack_q8act: needs an int8/int4 weight with a group that is a multiple of 32 "
+                                "and a CPU with AVX512-VNNI");
+  ops::detail::check_quant_view(w);
+  const bool int4 = w.dtype == DType::U4;
+  const int64_t N = w.rows, K = w.cols, nb = K / ops::kQ8Block, ng = K / w.group;
+  const bool f16 = w.scale_dtype == DType::F16;
+  const int64_t bpg = w.group / ops::kQ8Block, cb = cell_bytes(int4, f16), wb = weight_bytes(int4);
+  const int64_t ps = f16 ? 2 : 4;  // bytes of one param
+  uint8_t* dst = static_cast<uint8_t*>(out);
+  for (int64_t g = 0; g < (N + kGroupRows - 1) / kGroupRows; ++g)
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* cell = dst + (g * nb + b) * cb;  // [wb] weight bytes, then d_w [16] (, o_w [16])
+      for (int64_t r = 0; r < kGroupRows; ++r) {
+        const int64_t n = g * kGroupRows + r, k0 = b * ops::kQ8Block;
+        const bool real = n < N;
+        const int64_t p = n * ng + b / bpg;  // the row's param index of this block
+        // The params copied as stored (F16 or F32 bits), zeros for the padding rows.
+        std::memset(cell + wb + r * ps, 0, size_t(ps));
+        if (real) std::memcpy(cell + wb + r * ps, static_cast<const uint8_t*>(w.scales) + p * ps, size_t(ps));
+        if (int4) {
+          uint8_t* o = cell + wb + param_bytes(f16) + r * ps;
+          std::memset(o, 0, size_t(ps));
+          if (real) std::memcpy(o, static_cast<const uint8_t*>(w.offsets) + p * ps, size_t(ps));
+        }
+        for (int64_t j = 0; j < 4; ++j) {
+          if (int4) {
+            for (int64_t pq = 0; pq < 4; ++pq) {
+              const int32_t lo = real ? ops::detail::quant_q(w, n, k0 + 4 * pq + j) : 0;
+              const int32_t hi = real ? ops::detail::quant_q(w, n, k0 + 16 + 4 * pq + j) : 0;
+              cell[pq * kQuadBytes + r * 4 + j] = uint8_t(lo | (hi << 4));
+            }
+          } else {
+            for (int64_t q = 0; q < 8; ++q) {
+              const int32_t v = real ? ops::detail::quant_q(w, n, k0 + 4 * q + j) : 0;
+              cell[q * kQuadBytes + r * 4 + j] = uint8_t(v + 128);
+            }
+          }
+        }
+      }
+    }
+}
+
+#ifndef TINYLOOP_HAVE_PACKED_KERNEL
+
+void matmul_q8act_packed(const float*, int64_t, const ops::WeightView&, const float*, float*) {
+  throw std::runtime_error("q8 activations: the packed VNNI kernel is not compiled on this platform");
+}
+
+#else
+
+namespace {
+
+// Everything the tiles read. x side per call: xq [T, K] int8 in column order, dx / sx /
+// corr [T, nb] (d_x, the Q8_1 sums s_x for int4, -128 * the integer block sums for int8).
+struct Ctx {
+  bool int4, pf16;  // int4 weight; F16 params
+  int64_t T, N, K, nb;
+  const int8_t* xq;
+  const float* dx;
+  const float* sx;
+  const int32_t* corr;
+  const uint8_t* packed;  // [ceil(N / 16), nb, cell]
+  int64_t cb, wb;         // cell bytes, weight bytes of a cell
+  bool prefetch;          // decode: prefetch the cells kPrefetchCells ahead
+  const float* bias;      // [N] or null
+  float* y;               // [T, N]
+};
+
+// 16 params at p (F16 or F32), as floats (F16 -> F32 is exact).
+template <bool PF16>
+TL_VNNI inline __m512 load_params(const uint8_t* p) {
+  if constexpr (PF16) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
+}
+
+// y[t0 .. t0 + MR, 16 g0 .. 16 (g0 + NG)] (rows past N not stored); PF16: F16 params.
+template <int MR, int NG, bool INT4, bool PF16>
+TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t g0) {
+  constexpr int64_t kParamBytes = PF16 ? 2 * kGroupRows : 4 * kGroupRows;
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const uint8_t* run[NG];  // [nb, cell] each
+  for (int g = 0; g < NG; ++g) run[g] = c.packed + (g0 + g) * c.nb * c.cb;
+  __m512 acc[MR][NG];
+  for (int i = 0; i < MR; ++i)
+    for (int g = 0; g < NG; ++g) acc[i][g] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < c.nb; ++b) {
+    __m512i wq[NG][8];  // the u8 operands of the 8 quads of block b
+    __m512 dw[NG];      // d_w of the 16 rows
+    for (int g = 0; g < NG; ++g) {
+      const uint8_t* cell = run[g] + b * c.cb;
+      if (c.prefetch) {  // the decode stream runs through each group's cells
+        for (int64_t l = 0; l < c.cb; l += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(cell + kPrefetchCells * c.cb + l), _MM_HINT_T0);
+      }
+      if constexpr (INT4) {
+        for (int p = 0; p < 4; ++p) {
+          const __m512i raw = _mm512_loadu_si512(cell + p * kQuadBytes);
+          wq[g][p] = _mm512_and_si512(raw, low4);
+          wq[g][p + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+        }
+      } else {
+        for (int q = 0; q < 8; ++q) wq[g][q] = _mm512_loadu_si512(cell + q * kQuadBytes);
+      }
+      dw[g] = load_params<PF16>(cell + c.wb);
+    }
+    for (int i = 0; i < MR; ++i) {
+      const int64_t t = t0 + i;
+      const int8_t* xb = c.xq + t * c.K + b * ops::kQ8Block;  // [32] the block's x bytes
+      // Two chains per group (even / odd quads), added at the end: integer, exact.
+      __m512i s0[NG], s1[NG];
+      const __m512i init = INT4 ? _mm512_setzero_si512() : _mm512_set1_epi32(c.corr[t * c.nb + b]);
+      for (int g = 0; g < NG; ++g) s0[g] = init, s1[g] = _mm512_setzero_si512();
+      for (int q = 0; q < 8; q += 2) {
+        int32_t x0, x1;
+        std::memcpy(&x0, xb + 4 * q, 4);
+        std::memcpy(&x1, xb + 4 * q + 4, 4);
+        const __m512i b0 = _mm512_set1_epi32(x0), b1 = _mm512_set1_epi32(x1);
+        for (int g = 0; g < NG; ++g) {
+          s0[g] = _mm512_dpbusd_epi32(s0[g], wq[g][q], b0);
+          s1[g] = _mm512_dpbusd_epi32(s1[g], wq[g][q + 1], b1);
+        }
+      }
+      const __m512 dxv = _mm512_set1_ps(c.dx[t * c.nb + b]);
+      for (int g = 0; g < NG; ++g) {
+        const __m512 isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0[g], s1[g]));
+        // acc += (d_w * d_x) * float(isum): two roundings, then the sum (no FMA: see top).
+        acc[i][g] = _mm512_add_ps(acc[i][g], _mm512_mul_ps(_mm512_mul_ps(dw[g], dxv), isum));
+      }
+    }
+  }
+  // Epilogue: + the int4 offset term (its own sum in block order, as the reference's `off`;
+  // int8 adds the reference's off = 0 too, which turns a -0 sum into +0 as it does), + bias.
+  for (int g = 0; g < NG; ++g) {
+    const int64_t n0 = (g0 + g) * kGroupRows;
+    if (n0 >= c.N) break;
+    const int64_t nl = std::min<int64_t>(kGroupRows, c.N - n0);
+    const __mmask16 m = __mmask16((1u << nl) - 1);
+    const __m512 bias = c.bias ? _mm512_maskz_loadu_ps(m, c.bias + n0) : _mm512_setzero_ps();
+    for (int i = 0; i < MR; ++i) {
+      const int64_t t = t0 + i;
+      __m512 off = _mm512_setzero_ps();
+      if constexpr (INT4) {
+        for (int64_t b = 0; b < c.nb; ++b) {
+          const __m512 ow = load_params<PF16>(run[g] + b * c.cb + c.wb + kParamBytes);
+          off = _mm512_add_ps(off, _mm512_mul_ps(ow, _mm512_set1_ps(c.sx[t * c.nb + b])));
+        }
+      }
+      __m512 v = _mm512_add_ps(acc[i][g], off);
+      if (c.bias) v = _mm512_add_ps(v, bias);
+      _mm512_mask_storeu_ps(c.y + t * c.N + n0, m, v);
+    }
+  }
+}
+
+using TileFn = void (*)(const Ctx&, int64_t, int64_t);
+constexpr int kMaxMR = 4, kNG = 2;
+
+template <bool INT4, bool PF16>
+TileFn pick(int mr, int ng) {
+  static constexpr TileFn table[kMaxMR][kNG] = {
+      {&tile<1, 1, INT4, PF16>, &tile<1, 2, INT4, PF16>}, {&tile<2, 1, INT4, PF16>, &tile<2, 2, INT4, PF16>},
+      {&tile<3, 1, INT4, PF16>, &tile<3, 2, INT4, PF16>}, {&tile<4, 1, INT4, PF16>, &tile<4, 2, INT4, PF16>}};
+  return table[mr - 1][ng - 1];
+}
+
+TileFn pick(bool int4, bool pf16, int mr, int ng) {
+  if (int4) return pf16 ? pick<true, true>(mr, ng) : pick<true, false>(mr, ng);
+  return pf16 ? pick<false, true>(mr, ng) : pick<false, false>(mr, ng);
+}
+
+// Weight rows [n0, n1) (n0 a multiple of 16): every x row, in tiles.
+void range(const Ctx& c, int64_t n0, int64_t n1) {
+  const int64_t ga = n0 / kGroupRows, gb = (n1 + kGroupRows - 1) / kGroupRows;
+  for (int64_t tc = 0; tc < c.T; tc += kTChunk) {
+    const int64_t te = std::min(c.T, tc + kTChunk);
+    for (int64_t g = ga; g < gb; g += kNG) {
+      const int ng = int(std::min<int64_t>(kNG, gb - g));
+      for (int64_t t = tc; t < te; t += kMaxMR) {
+        const int mr = int(std::min<int64_t>(kMaxMR, te - t));
+        pick(c.int4, c.pf16, mr, ng)(c, t, g);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
+  if (!w.q8packed) throw std::invalid_argument("matmul_q8act_packed: the view has no packed copy");
+  if (!packable(w))
+    throw std::invalid_argument("q8 activations: the packed kernel needs an int8/int4 weight with a group "
+                                "that is a multiple of 32 and a CPU with AVX512-VNNI");
+  const int64_t N = w.rows, K = w.cols;
+  if (T <= 0 || N <= 0) return;
+  Ctx c{};
+  c.int4 = w.dtype == DType::U4;
+  c.T = T, c.N = N, c.K = K, c.nb = K / ops::kQ8Block;
+  c.pf16 = w.scale_dtype == DType::F16;
+  c.cb = cell_bytes(c.int4, c.pf16), c.wb = weight_bytes(c.int4);
+  // x rows quantized bit for bit as the reference (the AVX-512 quantizer for q, amax and the
+  // integer sums; d and s rounded through fp16 here in plain code, as the reference does).
+  thread_local std::vector<int8_t> xq;          // [T, K]
+  thread_local std::vector<float> dx, sx, amax;  // [T, nb], [T, nb], [nb]
+  thread_local std::vector<int32_t> corr, qsum;  // [T, nb], [nb]
+  const int64_t nb = c.nb;
+  if (xq.size() < size_t(T * K)) xq.resize(size_t(T * K));
+  if (dx.size() < size_t(T * nb)) dx.resize(size_t(T * nb)), sx.resize(size_t(T * nb)), corr.resize(size_t(T * nb));
+  if (amax.size() < size_t(nb)) amax.resize(size_t(nb)), qsum.resize(size_t(nb));
+  for (int64_t t = 0; t < T; ++t) {
+    quantize_row_q8_avx512(x + t * K, K, Q8RowLayout::Natural, xq.data() + t * K, amax.data(), qsum.data(), nullptr);
+    for (int64_t b = 0; b < nb; ++b) {
+      const float df = amax[size_t(b)] / 127.f;  // as ops::detail::quantize_block_q8
+      dx[size_t(t * nb + b)] = ops::detail::half_to_float(ops::detail::float_to_half(df));
+      sx[size_t(t * nb + b)] = ops::detail::half_to_float(ops::detail::float_to_half(df * float(qsum[size_t(b)])));
+      corr[size_t(t * nb + b)] = -128 * qsum[size_t(b)];
+    }
+  }
+  c.xq = xq.data(), c.dx = dx.data(), c.sx = sx.data(), c.corr = corr.data();
+  c.packed = w.q8packed, c.prefetch = T < kMaxMR, c.bias = bias, c.y = y;
+  for_row_chunks(T, N, K, kRowsPerTask, [&](int64_t n0, int64_t n1) { range(c, n0, n1); });
+}
+
+#endif  // TINYLOOP_HAVE_PACKED_KERNEL
+
+}  // namespace tinyloop::cpu::detail

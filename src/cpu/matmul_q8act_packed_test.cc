@@ -1,0 +1,140 @@
+// The packed q8-activation matmul (cpu/matmul_q8act_packed.h) against the scalar reference
+// ops::ref::matmul_q8act, bit for bit (the sign of zero included): int8 / int4 weights, N
+// around the 16-row groups and 32-row tasks, K odd multiples of 32, groups of 32 and larger,
+// F16 / F32 params, 1 to 9 x rows and large T, bias or none, full-scale and zero values, a
+// weight big enough for every pool thread; and the errors. Skipped without AVX512-VNNI.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cpu/kernels.h"
+#include "cpu/matmul_q8act_packed.h"
+#include "cpu/matmul_q8act_vnni.h"
+#include "ops/matmul_q8act.h"
+#include "ops/test_util.h"
+#include "ops/weight_quant_test_util.h"
+
+namespace tinyloop::cpu {
+namespace {
+
+using ops::testing::random_floats;
+using ops::testing::store_quant;
+
+// A packed copy that owns its 64-byte aligned bytes, and the view that points at it.
+struct Packed {
+  std::vector<uint8_t> bytes;
+  ops::WeightView view;
+  explicit Packed(const ops::WeightView& w) : view(w) {
+    bytes.resize(size_t(detail::q8act_packed_bytes(w) + 64));
+    uint8_t* p = bytes.data() + (64 - reinterpret_cast<uintptr_t>(bytes.data()) % 64) % 64;
+    detail::pack_q8act(w, p);
+    view.q8packed = p;
+  }
+};
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// Packed (direct and through the dispatcher) == reference, bitwise.
+void check_exact(const ops::testing::StoredQuant& st, const std::vector<float>& x, int64_t T, const float* bias) {
+  const int64_t N = st.N;
+  const Packed pk(st.view());
+  std::vector<float> got(size_t(T * N)), want(size_t(T * N)), disp(size_t(T * N));
+  detail::matmul_q8act_packed(x.data(), T, pk.view, bias, got.data());
+  ops::ref::matmul_q8act(x.data(), T, st.view(), bias, want.data());
+  cpu::matmul_q8act(x.data(), T, pk.view, bias, disp.data());
+  for (int64_t i = 0; i < T * N; ++i) {
+    ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)]))
+        << "t=" << i / N << " n=" << i % N << " got " << got[size_t(i)] << " want " << want[size_t(i)];
+    ASSERT_EQ(bits(disp[size_t(i)]), bits(want[size_t(i)])) << "dispatched t=" << i / N << " n=" << i % N;
+  }
+}
+
+struct Case { DType dtype; int64_t K, G; DType sd; };
+
+TEST(CpuQ8ActPacked, BitForBitTheReference) {
+  if (!detail::vnni_supported()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  const Case cases[] = {{DType::I8, 32, 32, DType::F32},  {DType::I8, 96, 32, DType::F16},
+                        {DType::I8, 224, 32, DType::F32}, {DType::I8, 736, 32, DType::F16},
+                        {DType::I8, 192, 64, DType::F16}, {DType::I8, 480, 96, DType::F32},
+                        {DType::U4, 32, 32, DType::F32},  {DType::U4, 96, 32, DType::F16},
+                        {DType::U4, 224, 32, DType::F16}, {DType::U4, 576, 64, DType::F16},
+                        {DType::U4, 480, 96, DType::F32}, {DType::U4, 160, 160, DType::F32}};
+  for (const Case& c : cases)
+    for (int64_t T : {1, 2, 3, 4, 5, 7, 9, 70})
+      for (int64_t N : {1, 3, 16, 17, 33, 67}) {
+        SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " K=" + std::to_string(c.K) + " G=" + std::to_string(c.G) +
+                     " " + dtype_name(c.sd) + " T=" + std::to_string(T) + " N=" + std::to_string(N));
+        const auto x = random_floats(size_t(T * c.K), uint32_t(c.K + T), -2.f, 2.f);
+        const auto st = store_quant(random_floats(size_t(N * c.K), uint32_t(9 + N)), N, c.K, c.dtype, c.G, c.sd);
+        const auto bias = random_floats(size_t(N), 11);
+        check_exact(st, x, T, (N + T) % 2 ? bias.data() : nullptr);
+        if (HasFatalFailure()) return;
+      }
+}
+
+// Every int8 value -128..127 and int4 value 0..15 in the weight (the +128 flip and the
+// nibble split), x rows with full-scale +-127 entries, zeros and all-zero blocks (sums of
+// -0 / +0), no bias.
+TEST(CpuQ8ActPacked, ExactOnExtremeValues) {
+  if (!detail::vnni_supported()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  const int64_t K = 288, N = 37, T = 6;
+  std::vector<float> wf(size_t(N * K));  // [N, K]
+  for (int64_t i = 0; i < N * K; ++i) wf[size_t(i)] = float(int(i * 7919 % 256) - 128) / 128.f;
+  std::vector<float> x(size_t(T * K), 0.f);  // [T, K]: row 0 stays zero
+  for (int64_t k = 0; k < K; ++k) {
+    x[size_t(1 * K + k)] = (k % 2 ? -1.f : 1.f) * 1000.f;          // full scale, both signs
+    x[size_t(2 * K + k)] = k < 32 ? 0.f : float(k % 13) - 6.f;     // a zero block first
+    x[size_t(3 * K + k)] = -1e-30f * float(k % 5);                  // tiny negatives
+    x[size_t(4 * K + k)] = k % 32 == 0 ? 3.f : 0.f;                 // one nonzero per block
+    x[size_t(5 * K + k)] = float(k) - 140.f;
+  }
+  for (DType dt : {DType::I8, DType::U4})
+    for (DType sd : {DType::F16, DType::F32}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + dtype_name(sd));
+      check_exact(store_quant(wf, N, K, dt, 32, sd), x, T, nullptr);
+      if (HasFatalFailure()) return;
+    }
+}
+
+// 16389 rows (not a multiple of 16 or 32): every pool thread takes tasks, the decode
+// prefetch runs past the end; each T 1..5 equals the reference, so any split gives the same.
+TEST(CpuQ8ActPacked, BigWeightEveryThread) {
+  if (!detail::vnni_supported()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  const int64_t N = 16389, K = 256;
+  for (DType dt : {DType::I8, DType::U4}) {
+    const auto st = store_quant(random_floats(size_t(N * K), 5), N, K, dt, 32, DType::F16);
+    const auto bias = random_floats(size_t(N), 6);
+    for (int64_t T = 1; T <= 5; ++T) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " T=" + std::to_string(T));
+      check_exact(st, random_floats(size_t(T * K), uint32_t(T)), T, bias.data());
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(CpuQ8ActPacked, Errors) {
+  const auto st8 = store_quant(random_floats(size_t(4 * 64), 1), 4, 64, DType::I8, 32, DType::F16);
+  // Groups of 16 columns straddle the 32-column activation blocks: not packable.
+  const auto st16 = store_quant(random_floats(size_t(4 * 64), 1), 4, 64, DType::I8, 16, DType::F16);
+  EXPECT_EQ(detail::q8act_packed_bytes(st16.view()), 0);
+  std::vector<uint8_t> buf(4096);
+  EXPECT_THROW(detail::pack_q8act(st16.view(), buf.data()), std::invalid_argument);
+  std::vector<float> x(64), y(4);
+  EXPECT_THROW(detail::matmul_q8act_packed(x.data(), 1, st8.view(), nullptr, y.data()), std::invalid_argument);
+  if (detail::vnni_supported()) {
+    EXPECT_EQ(detail::q8act_packed_bytes(st8.view()), 1 * 2 * (512 + 32));  // 1 group, 2 blocks, F16 params
+  } else {
+    EXPECT_EQ(detail::q8act_packed_bytes(st8.view()), 0);  // the copy is only for the VNNI kernel
+  }
+}
+
+}  // namespace
+}  // namespace tinyloop::cpu
