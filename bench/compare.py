@@ -191,7 +191,8 @@ def main(argv=None) -> int:
     ap.add_argument("--torch", action="store_true",
                     help="also run transformers on PyTorch CPU, eager (bench/torch_peer.py)")
     ap.add_argument("--torch-dtype", type=bench._strs, default=["f32"],
-                    help="PyTorch weight dtypes, comma-separated: f32, bf16, f16 (default f32)")
+                    help="PyTorch weight dtypes, comma-separated: f32, bf16, f16, int8 (dynamic "
+                         "quantization; TinyLoop's int8 model in q8 mode alongside) (default f32)")
     args = ap.parse_args(argv)
     for wd in args.weight_dtype:
         if wd not in ("f16", *GGML_FOR):

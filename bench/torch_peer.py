@@ -9,6 +9,12 @@ prefill and llama.cpp's eval compute them); tgN is N greedy one-token steps with
 (DynamicCache) after a one-token prompt, argmax included. Everything runs under
 torch.inference_mode() with torch.set_num_threads(threads): plain eager PyTorch, no
 torch.compile.
+
+"int8" is PyTorch's own eager int8 path: the F32 model through
+torch.ao.quantization.quantize_dynamic on every nn.Linear (the head included) with
+per-channel int8 weights, activations quantized per call (fbgemm, VNNI on x86). TinyLoop's
+same-weights row then runs its int8 benchmark model (groups of 32) with
+quant_activations="q8": int8 weights and int8 activations on both sides.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ if os.path.join(_HERE, "..", "python") not in sys.path:
 from tinyloop import bench  # noqa: E402
 from tinyloop.format import read_model  # noqa: E402
 
-TORCH_DTYPES = ("f32", "bf16", "f16")
+TORCH_DTYPES = ("f32", "bf16", "f16", "int8")
 
 
 def _torch_dtype(name: str):
@@ -35,6 +41,12 @@ def _torch_dtype(name: str):
         return {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[name]
     except KeyError:
         raise ValueError(f"torch dtype {name!r}: expected one of {list(TORCH_DTYPES)}") from None
+
+
+def tinyloop_kwargs(dtype: str) -> dict:
+    """How TinyLoop runs its same-weights model for a PyTorch dtype: int8 with int8
+    activations (PyTorch's dynamic quantization quantizes them too), the rest exact."""
+    return {"quant_activations": "q8"} if dtype == "int8" else {}
 
 
 def unrolled_llama(tinyloop_path: str, loops: int, dtype: str = "f32"):
@@ -62,7 +74,8 @@ def unrolled_llama(tinyloop_path: str, loops: int, dtype: str = "f32"):
         rope_theta=float(c["rope_theta"]), attention_bias=bool(c["attn_qkv_bias"]),
         mlp_bias=bool(c["mlp_bias"]), tie_word_embeddings=bool(c["tie_embeddings"]),
         bos_token_id=1, eos_token_id=2)
-    td = _torch_dtype(dtype)
+    if dtype not in TORCH_DTYPES:
+        raise ValueError(f"torch dtype {dtype!r}: expected one of {list(TORCH_DTYPES)}")
     # Skip the library's random init (seconds for 18 layers): every weight is loaded below.
     with transformers.modeling_utils.no_init_weights():
         model = transformers.LlamaForCausalLM(cfg)
@@ -91,7 +104,11 @@ def unrolled_llama(tinyloop_path: str, loops: int, dtype: str = "f32"):
         raise ValueError(f"torch_peer: state dict mismatch: missing {missing}, unexpected {unexpected}")
     if c["tie_embeddings"]:
         model.tie_weights()
-    return model.to(td).eval()
+    if dtype == "int8":
+        qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+        return torch.ao.quantization.quantize_dynamic(model.eval(), {torch.nn.Linear: qconfig},
+                                                      dtype=torch.qint8)
+    return model.to(_torch_dtype(dtype)).eval()
 
 
 def torch_pp(model, n: int, vocab: int, rep: int) -> float:
@@ -153,7 +170,8 @@ class TorchPeer:
               f"L={loops}: {', '.join(self.dtypes)})", file=sys.stderr)
         self.models = {d: unrolled_llama(torch_src, loops, d) for d in self.dtypes}
         self.main_dtype = main_dtype
-        self.same = {d: tl.Model(p, max_seq_len=n_ctx) for d, p in same.items() if d != main_dtype}
+        self.same = {d: tl.Model(p, max_seq_len=n_ctx, **tinyloop_kwargs(d))
+                     for d, p in same.items() if d != main_dtype}
         self.rows = []  # (threads, test, {label: samples})
         # Both sides run the same function: logits of a short prompt, PyTorch in its first
         # dtype against TinyLoop on the model the weights came from.
