@@ -176,7 +176,14 @@ HWY_INLINE void RowParams(DF df, const QuantRow& r, std::vector<float>& buf, con
     float* out = buf.data() + i * ng;
     int64_t g = 0;
     for (; g + L <= ng; g += L) hn::StoreU(LoadF32(df, p + g), df, out + g);
-    if (g < ng) StoreTail(df, LoadF32Tail(df, p + g, size_t(ng - g)), out + g, size_t(ng - g));
+    // The tail one by one (the same exact conversion): LoadF32Tail + StoreTail go through
+    // memcpy, whose `rep movs` start-up cost ~17% of SmolLM2's decode (18 groups a row: a
+    // 2-element tail twice per row, 49152 rows in its head).
+    for (; g < ng; ++g) {
+      uint16_t h;
+      std::memcpy(&h, p + g, 2);
+      out[g] = ops::detail::half_to_float(h);
+    }
   }
   *s = buf.data();
   *o = r.o ? buf.data() + ng : nullptr;
@@ -216,13 +223,14 @@ HWY_INLINE bool FastGroups(DF df, int64_t G) {
 // chain (an FMA every 4 cycles) held decode at half the F16 rate per chunk; two rows lift
 // that while still streaming memory in long runs (an int4 row is a quarter of an F16 one).
 //   xr  MR row pointers into x ([K] int8, [ldx] permuted int4)
+//   pbuf0, pbuf1  the caller's buffers for each row's params as float ([2, K / G] each; a
+//                 thread_local here cost a __tls_get_addr call per row pair)
 template <int MR, bool kInt4>
 HWY_INLINE void FastRowPair(const detail::MatmulArgs& a, const float* const* xr, int64_t mt,
-                            int64_t n) {
+                            int64_t n, std::vector<float>& pbuf0, std::vector<float>& pbuf1) {
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const int64_t L = int64_t(hn::Lanes(df));
-  thread_local std::vector<float> pbuf0, pbuf1;  // [2, K / G] each row's params as float
   const QuantRow r0 = RowOf(a, n, kInt4), r1 = RowOf(a, n + 1, kInt4);
   const float *sp0, *op0, *sp1, *op1;
   RowParams(df, r0, pbuf0, &sp0, &op0);
@@ -306,13 +314,13 @@ HWY_NOINLINE void FusedRowsQuant(const detail::MatmulArgs& a, int64_t mt, int64_
   const float* xr[4];
   for (int i = 0; i < 4; ++i) xr[i] = a.x + std::min<int64_t>(std::min(i, MR - 1), mt - 1) * ldx;
   const bool fast = FastGroups<kInt4>(df, a.group);
-  thread_local std::vector<float> pbuf;  // [2, K / G] a row's params as float
+  thread_local std::vector<float> pbuf, pbuf1;  // [2, K / G] a row's params as float
   int64_t n = n0;
   // Pairs for int4 only: for int8 two row streams read from memory at half the rate of one
   // (1 x 768 -> 32000: 12.5 against 23 GFLOP/s on the EPYC test machine), while int4 gained
   // (18 -> 21), its dequantisation being the longer chain of work.
   if (kInt4 && fast)
-    for (; n + 1 < n1; n += 2) FastRowPair<MR, kInt4>(a, xr, mt, n);
+    for (; n + 1 < n1; n += 2) FastRowPair<MR, kInt4>(a, xr, mt, n, pbuf, pbuf1);
   for (; n < n1; ++n) {
     const QuantRow r = RowOf(a, n, kInt4);
     GroupCursor c{r.G};
