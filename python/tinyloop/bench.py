@@ -259,6 +259,8 @@ def run(args) -> int:
                    quant_activations=activation_mode(c["key"]), loops=c["L"],
                    threads=c["threads"], kernels=c["kernels"],
                    simd_target=info["simd_target"] if c["kernels"] == "simd" else "scalar",
+                   q8_kernel=(info.get("q8_kernel") if c["kernels"] == "simd" else "scalar")
+                   if activation_mode(c["key"]) == "q8" else None,
                    test=c["test"], depth=c["depth"], avg_ts=mean,
                    stddev_ts=statistics.stdev(s) if len(s) > 1 else 0.0, max_ts=max(s), samples_ts=s)
         if c["test"].startswith("tg"):
@@ -272,7 +274,8 @@ def run(args) -> int:
         print(json.dumps(rows, indent=1))
         return 0
     print(f"cpu: {_cpu_name()}; SIMD target {info['simd_target']} (compiled: "
-          f"{', '.join(info['compiled_targets'])}); {args.repetitions} repetitions")
+          f"{', '.join(info['compiled_targets'])}); q8 kernel {info.get('q8_kernel', '?')}; "
+          f"{args.repetitions} repetitions")
     print("| model | wtype | L | threads | kernels | test | t/s | hardware |")
     print("|---|---|---:|---:|---|---|---:|---:|")
     for r in rows:
