@@ -35,21 +35,23 @@ void q8_case(const char* what, int64_t T, int64_t K, int64_t N, DType dt, int re
     wp.q8packed = packed.data() + (64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64;
     cpu::detail::pack_q8act(w, const_cast<uint8_t*>(wp.q8packed));
   }
-  const char* names[4] = {"packed", "vnni", "highway", "f32-act"};
-  const std::function<void()> run[4] = {
-      [&] { cpu::detail::matmul_q8act_packed(x.data(), T, wp, nullptr, y.data()); },
+  const char* names[5] = {"packed", "vnni", "highway", "f32-act", "pk-avx2"};
+  const std::function<void()> run[5] = {
+      [&] { cpu::detail::matmul_q8act_packed(x.data(), T, wp, nullptr, y.data(), cpu::detail::PackedIsa::Avx512Vnni); },
       [&] { cpu::detail::matmul_q8act_vnni(x.data(), T, w, nullptr, y.data()); },
       [&] { cpu::detail::matmul_q8act_hwy(x.data(), T, w, nullptr, y.data()); },
-      [&] { cpu::matmul(x.data(), T, w, nullptr, y.data()); }};
-  double wall[4] = {1e30, 1e30, 1e30, 1e30}, cpu_s[4] = {1e30, 1e30, 1e30, 1e30};
+      [&] { cpu::matmul(x.data(), T, w, nullptr, y.data()); },
+      [&] { cpu::detail::matmul_q8act_packed(x.data(), T, wp, nullptr, y.data(), cpu::detail::PackedIsa::Avx2); }};
+  const int n_run = vnni && cpu::detail::packed_avx2_supported() ? 5 : 4;
+  double wall[5] = {1e30, 1e30, 1e30, 1e30, 1e30}, cpu_s[5] = {1e30, 1e30, 1e30, 1e30, 1e30};
   for (int round = 0; round < 3; ++round)  // the kernels alternate: best of each over rounds
-    for (int k = vnni ? 0 : 2; k < 4; ++k) {
+    for (int k = vnni ? 0 : 2; k < n_run; ++k) {
       const auto [w_s, c_s] = bench::time_best(run[k], reps);
       wall[k] = std::min(wall[k], w_s);
       cpu_s[k] = std::min(cpu_s[k], c_s);
     }
   const double flops = 2.0 * double(T * N * K);
-  for (int k = vnni ? 0 : 2; k < 4; ++k)
+  for (int k = vnni ? 0 : 2; k < n_run; ++k)
     std::printf("%-7s %-2s T=%-4lld K=%-5lld N=%-5lld %-8s %8.3f ms  %7.1f GFLOP/s  | per CPU-s %7.1f GFLOP/s\n",
                 what, dtype_name(dt), (long long)T, (long long)K, (long long)N, names[k], wall[k] * 1e3,
                 flops / wall[k] / 1e9, flops / cpu_s[k] / 1e9);

@@ -44,8 +44,8 @@ void bind_runtime(py::module_& m) {
         },
         "The CPU backend's state: the SIMD target in use (e.g. 'AVX3'), the targets compiled "
         "in, whether the scalar reference is forced, the thread count, and the kernel of "
-        "quant_activations='q8' matmuls ('avx512vnni': int8/int4 weights get a repacked copy "
-        "at load, counted in vram_usage_mb; else 'portable-<target>').");
+        "quant_activations='q8' matmuls ('avx512vnni' or 'avx2': int8/int4 weights get a "
+        "repacked copy at load, counted in vram_usage_mb; else 'portable-<target>').");
 }
 
 }  // namespace tinyloop::py_bind

@@ -25,14 +25,14 @@ namespace tinyloop::cpu {
 void matmul(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y);
 
 // y[T, N] with x quantized per 32 as llama.cpp does (ops/matmul_q8act.h), int8 / int4 weights.
-// Runs the packed VNNI kernel when w.q8packed is set (cpu/matmul_q8act_packed.h), else the
-// row-major VNNI kernel, or the Highway one on CPUs without VNNI / with TINYLOOP_DISABLE_VNNI.
+// Runs a packed kernel when w.q8packed is set (cpu/matmul_q8act_packed.h: AVX512-VNNI, else
+// AVX2), else the row-major VNNI kernel, or the Highway one (no VNNI, or TINYLOOP_DISABLE_VNNI).
 void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y);
 // The packed copy for matmul_q8act: its bytes (0 when w does not apply, or VNNI is off) and
 // the packer (throws std::invalid_argument when the bytes are 0).
 int64_t q8act_packed_bytes(const ops::WeightView& w);
 void pack_q8act(const ops::WeightView& w, void* out);
-// Which kernel matmul_q8act runs: "avx512vnni" (packed copies when the model made them) or
+// Which kernel matmul_q8act runs on packed copies: "avx512vnni", "avx2", or (no copies made)
 // "portable-<Highway target>".
 std::string q8act_kernel_name();
 

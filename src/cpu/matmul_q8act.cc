@@ -206,14 +206,20 @@ bool vnni_on() {
 }  // namespace
 
 void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
-  if (vnni_on() && w.q8packed) return detail::matmul_q8act_packed(x, T, w, bias, y);
+  if (w.q8packed && vnni_on()) return detail::matmul_q8act_packed(x, T, w, bias, y, detail::PackedIsa::Avx512Vnni);
+  if (w.q8packed && detail::packed_avx2_supported())
+    return detail::matmul_q8act_packed(x, T, w, bias, y, detail::PackedIsa::Avx2);
   if (vnni_on()) return detail::matmul_q8act_vnni(x, T, w, bias, y);
   detail::matmul_q8act_hwy(x, T, w, bias, y);
 }
 
-int64_t q8act_packed_bytes(const ops::WeightView& w) { return vnni_on() ? detail::q8act_packed_bytes(w) : 0; }
+int64_t q8act_packed_bytes(const ops::WeightView& w) {
+  return vnni_on() || detail::packed_avx2_supported() ? detail::q8act_packed_bytes(w) : 0;
+}
 
-std::string q8act_kernel_name() { return vnni_on() ? "avx512vnni" : "portable-" + simd_target_name(); }
+std::string q8act_kernel_name() {
+  return vnni_on() ? "avx512vnni" : detail::packed_avx2_supported() ? "avx2" : "portable-" + simd_target_name();
+}
 
 void pack_q8act(const ops::WeightView& w, void* out) {
   if (cpu::q8act_packed_bytes(w) == 0)

@@ -25,6 +25,7 @@
 // once per tile, each broadcast x quad once per x row. Prefill: 4 x rows by 2 groups.
 // Decode (T < 4): T x rows by 2 groups, the cells prefetched ahead. Every output's
 // arithmetic is the same in every tile shape, task split and thread.
+// CPUs without AVX512-VNNI run tile_avx2 on the same cells (see there), same bits.
 #include "cpu/matmul_q8act_packed.h"
 
 #include <algorithm>
@@ -68,7 +69,9 @@ int64_t weight_bytes(bool int4) { return int4 ? 4 * kQuadBytes : 8 * kQuadBytes;
 int64_t param_bytes(bool f16) { return f16 ? 2 * kGroupRows : 4 * kGroupRows; }
 int64_t cell_bytes(bool int4, bool f16) { return weight_bytes(int4) + (int4 ? 2 : 1) * param_bytes(f16); }
 
-bool packable(const ops::WeightView& w) { return ops::q8act_applies(w) && vnni_supported(); }
+bool packable(const ops::WeightView& w) {
+  return ops::q8act_applies(w) && (vnni_supported() || packed_avx2_supported());
+}
 
 }  // namespace
 
@@ -82,7 +85,7 @@ int64_t q8act_packed_bytes(const ops::WeightView& w) {
 void pack_q8act(const ops::WeightView& w, void* out) {
   if (!packable(w))
     throw std::invalid_argument("pack_q8act: needs an int8/int4 weight with a group that is a multiple of 32 "
-                                "and a CPU with AVX512-VNNI");
+                                "and a CPU with AVX512-VNNI or AVX2");
   ops::detail::check_quant_view(w);
   const bool int4 = w.dtype == DType::U4;
   const int64_t N = w.rows, K = w.cols, nb = K / ops::kQ8Block, ng = K / w.group;
@@ -127,11 +130,18 @@ void pack_q8act(const ops::WeightView& w, void* out) {
 
 #ifndef TINYLOOP_HAVE_PACKED_KERNEL
 
-void matmul_q8act_packed(const float*, int64_t, const ops::WeightView&, const float*, float*) {
-  throw std::runtime_error("q8 activations: the packed VNNI kernel is not compiled on this platform");
+bool packed_avx2_supported() { return false; }
+void matmul_q8act_packed(const float*, int64_t, const ops::WeightView&, const float*, float*, PackedIsa) {
+  throw std::runtime_error("q8 activations: the packed kernels are not compiled on this platform");
 }
 
 #else
+
+bool packed_avx2_supported() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  return ok;
+}
 
 namespace {
 
@@ -237,6 +247,90 @@ TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t g0) {
   }
 }
 
+// --- AVX2 (+ FMA, F16C): the same cells, each 64-byte quad as two halves of 8 rows ----------
+// No vpdpbusd: a quad's 4 products per row come from vpmaddubsw (u8 x s8 pairs into int16)
+// and vpmaddwd (pairs of those into int32), exact because no int16 pair sum can saturate:
+// int4 q <= 15 against |x| <= 127 gives at most 3810; int8 uses |w| <= 128 against x with
+// w's sign moved onto it (vpsignb, as ggml's AVX2 code), at most 2 * 128 * 127 = 32512. The
+// block sums are the same integers as the VNNI kernel's and the float steps the same
+// operations, so the bits are the reference's too.
+#define TL_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// 8 params at p (F16 or F32), as floats.
+template <bool PF16>
+TL_AVX2 inline __m256 load_params8(const uint8_t* p) {
+  if constexpr (PF16) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+}
+
+// y[t0 .. t0 + MR, 16 g .. 16 g + 16] (rows past N not stored).
+template <int MR, bool INT4, bool PF16>
+TL_AVX2 void tile_avx2(const Ctx& c, int64_t t0, int64_t g) {
+  constexpr int64_t kParamBytes = PF16 ? 2 * kGroupRows : 4 * kGroupRows, kHalfParams = kParamBytes / 2;
+  const __m256i low4 = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8(char(0x80));
+  const __m256i ones = _mm256_set1_epi16(1);
+  const uint8_t* run = c.packed + g * c.nb * c.cb;  // [nb, cell]
+  __m256 acc[MR][2];
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < c.nb; ++b) {
+    const uint8_t* cell = run + b * c.cb;
+    if (c.prefetch)
+      for (int64_t l = 0; l < c.cb; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(cell + kPrefetchCells * c.cb + l), _MM_HINT_T0);
+    for (int h = 0; h < 2; ++h) {  // rows 8 h .. 8 h + 7
+      __m256i wq[8];  // int4: the quads' nibbles (u8); int8: the signed weights
+      if constexpr (INT4) {
+        for (int p = 0; p < 4; ++p) {
+          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cell + p * kQuadBytes + h * 32));
+          wq[p] = _mm256_and_si256(raw, low4);
+          wq[p + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        }
+      } else {
+        for (int q = 0; q < 8; ++q)
+          wq[q] = _mm256_xor_si256(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cell + q * kQuadBytes + h * 32)), flip);
+      }
+      const __m256 dw = load_params8<PF16>(cell + c.wb + h * kHalfParams);
+      for (int i = 0; i < MR; ++i) {
+        const int64_t t = t0 + i;
+        const int8_t* xb = c.xq + t * c.K + b * ops::kQ8Block;  // [32] the block's x bytes
+        __m256i s = _mm256_setzero_si256();
+        for (int q = 0; q < 8; ++q) {
+          int32_t x4;
+          std::memcpy(&x4, xb + 4 * q, 4);
+          const __m256i xv = _mm256_set1_epi32(x4);
+          const __m256i pairs = INT4 ? _mm256_maddubs_epi16(wq[q], xv)
+                                     : _mm256_maddubs_epi16(_mm256_abs_epi8(wq[q]), _mm256_sign_epi8(xv, wq[q]));
+          s = _mm256_add_epi32(s, _mm256_madd_epi16(pairs, ones));
+        }
+        const __m256 dxv = _mm256_set1_ps(c.dx[t * c.nb + b]);
+        acc[i][h] = _mm256_add_ps(acc[i][h], _mm256_mul_ps(_mm256_mul_ps(dw, dxv), _mm256_cvtepi32_ps(s)));
+      }
+    }
+  }
+  // Epilogue as the VNNI tile's, per half.
+  for (int h = 0; h < 2; ++h) {
+    const int64_t n0 = g * kGroupRows + h * 8;
+    if (n0 >= c.N) break;
+    const int nl = int(std::min<int64_t>(8, c.N - n0));
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(nl), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 bias = c.bias ? _mm256_maskload_ps(c.bias + n0, m) : _mm256_setzero_ps();
+    for (int i = 0; i < MR; ++i) {
+      const int64_t t = t0 + i;
+      __m256 off = _mm256_setzero_ps();
+      if constexpr (INT4) {
+        for (int64_t b = 0; b < c.nb; ++b) {
+          const __m256 ow = load_params8<PF16>(run + b * c.cb + c.wb + kParamBytes + h * kHalfParams);
+          off = _mm256_add_ps(off, _mm256_mul_ps(ow, _mm256_set1_ps(c.sx[t * c.nb + b])));
+        }
+      }
+      __m256 v = _mm256_add_ps(acc[i][h], off);
+      if (c.bias) v = _mm256_add_ps(v, bias);
+      _mm256_maskstore_ps(c.y + t * c.N + n0, m, v);
+    }
+  }
+}
+
 using TileFn = void (*)(const Ctx&, int64_t, int64_t);
 constexpr int kMaxMR = 4, kNG = 2;
 
@@ -253,16 +347,32 @@ TileFn pick(bool int4, bool pf16, int mr, int ng) {
   return pf16 ? pick<false, true>(mr, ng) : pick<false, false>(mr, ng);
 }
 
-// Weight rows [n0, n1) (n0 a multiple of 16): every x row, in tiles.
-void range(const Ctx& c, int64_t n0, int64_t n1) {
+template <bool INT4, bool PF16>
+TileFn pick_avx2(int mr) {
+  static constexpr TileFn table[kMaxMR] = {&tile_avx2<1, INT4, PF16>, &tile_avx2<2, INT4, PF16>,
+                                           &tile_avx2<3, INT4, PF16>, &tile_avx2<4, INT4, PF16>};
+  return table[mr - 1];
+}
+
+TileFn pick_avx2(bool int4, bool pf16, int mr) {
+  if (int4) return pf16 ? pick_avx2<true, true>(mr) : pick_avx2<true, false>(mr);
+  return pf16 ? pick_avx2<false, true>(mr) : pick_avx2<false, false>(mr);
+}
+
+// Weight rows [n0, n1) (n0 a multiple of 16): every x row, in tiles (AVX2: one group each).
+void range(const Ctx& c, PackedIsa isa, int64_t n0, int64_t n1) {
   const int64_t ga = n0 / kGroupRows, gb = (n1 + kGroupRows - 1) / kGroupRows;
+  const int64_t step = isa == PackedIsa::Avx512Vnni ? kNG : 1;
   for (int64_t tc = 0; tc < c.T; tc += kTChunk) {
     const int64_t te = std::min(c.T, tc + kTChunk);
-    for (int64_t g = ga; g < gb; g += kNG) {
-      const int ng = int(std::min<int64_t>(kNG, gb - g));
+    for (int64_t g = ga; g < gb; g += step) {
+      const int ng = int(std::min<int64_t>(step, gb - g));
       for (int64_t t = tc; t < te; t += kMaxMR) {
         const int mr = int(std::min<int64_t>(kMaxMR, te - t));
-        pick(c.int4, c.pf16, mr, ng)(c, t, g);
+        if (isa == PackedIsa::Avx512Vnni)
+          pick(c.int4, c.pf16, mr, ng)(c, t, g);
+        else
+          pick_avx2(c.int4, c.pf16, mr)(c, t, g);
       }
     }
   }
@@ -270,11 +380,15 @@ void range(const Ctx& c, int64_t n0, int64_t n1) {
 
 }  // namespace
 
-void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
+void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y,
+                         PackedIsa isa) {
   if (!w.q8packed) throw std::invalid_argument("matmul_q8act_packed: the view has no packed copy");
-  if (!packable(w))
+  if (!ops::q8act_applies(w))
     throw std::invalid_argument("q8 activations: the packed kernel needs an int8/int4 weight with a group "
-                                "that is a multiple of 32 and a CPU with AVX512-VNNI");
+                                "that is a multiple of 32");
+  if (isa == PackedIsa::Avx512Vnni ? !vnni_supported() : !packed_avx2_supported())
+    throw std::runtime_error(std::string("q8 activations: this CPU has no ") +
+                             (isa == PackedIsa::Avx512Vnni ? "AVX512-VNNI" : "AVX2 + FMA + F16C"));
   const int64_t N = w.rows, K = w.cols;
   if (T <= 0 || N <= 0) return;
   Ctx c{};
@@ -283,7 +397,8 @@ void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, co
   c.pf16 = w.scale_dtype == DType::F16;
   c.cb = cell_bytes(c.int4, c.pf16), c.wb = weight_bytes(c.int4);
   // x rows quantized bit for bit as the reference (the AVX-512 quantizer for q, amax and the
-  // integer sums; d and s rounded through fp16 here in plain code, as the reference does).
+  // integer sums, d and s rounded through fp16 here in plain code, as the reference does;
+  // without AVX-512 the reference's own quantizer).
   thread_local std::vector<int8_t> xq;          // [T, K]
   thread_local std::vector<float> dx, sx, amax;  // [T, nb], [T, nb], [nb]
   thread_local std::vector<int32_t> corr, qsum;  // [T, nb], [nb]
@@ -292,6 +407,10 @@ void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, co
   if (dx.size() < size_t(T * nb)) dx.resize(size_t(T * nb)), sx.resize(size_t(T * nb)), corr.resize(size_t(T * nb));
   if (amax.size() < size_t(nb)) amax.resize(size_t(nb)), qsum.resize(size_t(nb));
   for (int64_t t = 0; t < T; ++t) {
+    if (isa != PackedIsa::Avx512Vnni) {  // the AVX2 tiles need neither the sums nor corr
+      ops::detail::quantize_row_q8(x + t * K, K, xq.data() + t * K, dx.data() + t * nb, sx.data() + t * nb);
+      continue;
+    }
     quantize_row_q8_avx512(x + t * K, K, Q8RowLayout::Natural, xq.data() + t * K, amax.data(), qsum.data(), nullptr);
     for (int64_t b = 0; b < nb; ++b) {
       const float df = amax[size_t(b)] / 127.f;  // as ops::detail::quantize_block_q8
@@ -302,7 +421,7 @@ void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, co
   }
   c.xq = xq.data(), c.dx = dx.data(), c.sx = sx.data(), c.corr = corr.data();
   c.packed = w.q8packed, c.prefetch = T < kMaxMR, c.bias = bias, c.y = y;
-  for_row_chunks(T, N, K, kRowsPerTask, [&](int64_t n0, int64_t n1) { range(c, n0, n1); });
+  for_row_chunks(T, N, K, kRowsPerTask, [&](int64_t n0, int64_t n1) { range(c, isa, n0, n1); });
 }
 
 #endif  // TINYLOOP_HAVE_PACKED_KERNEL

@@ -1,7 +1,9 @@
 // The q8-activation matmul (ops/matmul_q8act.h) on a repacked copy of the weight: 16 output
 // rows interleaved by 4 columns per block of 32, so AVX512-VNNI's vpdpbusd yields 16 rows'
-// exact block sums at once (matmul_q8act_packed.cc has the layout). Bit for bit
-// ops::ref::matmul_q8act, and 1.5-2.5x the unpacked VNNI kernel (docs/benchmarks.md).
+// exact block sums at once (matmul_q8act_packed.cc has the layout), and AVX2's vpmaddubsw +
+// vpmaddwd 8 rows' at a time. Both bit for bit ops::ref::matmul_q8act; the VNNI one is
+// 1.5-2.5x the unpacked VNNI kernel, the AVX2 one 2-7x the portable Highway kernel
+// (docs/benchmarks.md).
 // The model packs every q8 weight once at load (model/weights.h set_q8act_packs) and points
 // ops::WeightView::q8packed at the copy; cpu::matmul_q8act then runs this kernel.
 #pragma once
@@ -11,15 +13,22 @@
 
 namespace tinyloop::cpu::detail {
 
+// The two kernels on the packed copy: AVX512-VNNI (vpdpbusd), and AVX2 + FMA + F16C
+// (vpmaddubsw + vpmaddwd) for CPUs without it. Both give the reference's bits.
+enum class PackedIsa { Avx512Vnni, Avx2 };
+bool packed_avx2_supported();  // this CPU runs the AVX2 kernel (and the kernel is compiled)
+
 // Bytes of w's packed copy; 0 when it cannot be packed (not ops::q8act_applies, or this CPU
-// has no AVX512-VNNI: the copy is only for this kernel).
+// runs neither kernel).
 int64_t q8act_packed_bytes(const ops::WeightView& w);
 
 // Writes w's packed copy into out [q8act_packed_bytes(w)] (64-byte aligned for speed).
 // Throws std::invalid_argument when q8act_packed_bytes(w) is 0.
 void pack_q8act(const ops::WeightView& w, void* out);
 
-// x [T, K], w [N, K] with w.q8packed = its packed copy, bias [N] or null, y [T, N].
-void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y);
+// x [T, K], w [N, K] with w.q8packed = its packed copy, bias [N] or null, y [T, N], on the
+// kernel `isa` (std::runtime_error when this CPU lacks it).
+void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y,
+                         PackedIsa isa);
 
 }  // namespace tinyloop::cpu::detail

@@ -2,10 +2,12 @@
 // ops::ref::matmul_q8act, bit for bit (the sign of zero included): int8 / int4 weights, N
 // around the 16-row groups and 32-row tasks, K odd multiples of 32, groups of 32 and larger,
 // F16 / F32 params, 1 to 9 x rows and large T, bias or none, full-scale and zero values, a
-// weight big enough for every pool thread; and the errors. Skipped without AVX512-VNNI.
+// weight big enough for every pool thread; and the errors. Each kernel the CPU runs
+// (AVX512-VNNI, AVX2) is checked; skipped on CPUs that run neither.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -42,25 +44,37 @@ uint32_t bits(float f) {
   return u;
 }
 
-// Packed (direct and through the dispatcher) == reference, bitwise.
+// The packed kernels this CPU runs.
+std::vector<detail::PackedIsa> isas() {
+  std::vector<detail::PackedIsa> v;
+  if (detail::vnni_supported()) v.push_back(detail::PackedIsa::Avx512Vnni);
+  if (detail::packed_avx2_supported()) v.push_back(detail::PackedIsa::Avx2);
+  return v;
+}
+
+// Every packed kernel (and the dispatcher) == reference, bitwise.
 void check_exact(const ops::testing::StoredQuant& st, const std::vector<float>& x, int64_t T, const float* bias) {
   const int64_t N = st.N;
   const Packed pk(st.view());
   std::vector<float> got(size_t(T * N)), want(size_t(T * N)), disp(size_t(T * N));
-  detail::matmul_q8act_packed(x.data(), T, pk.view, bias, got.data());
   ops::ref::matmul_q8act(x.data(), T, st.view(), bias, want.data());
   cpu::matmul_q8act(x.data(), T, pk.view, bias, disp.data());
-  for (int64_t i = 0; i < T * N; ++i) {
-    ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)]))
-        << "t=" << i / N << " n=" << i % N << " got " << got[size_t(i)] << " want " << want[size_t(i)];
+  for (int64_t i = 0; i < T * N; ++i)
     ASSERT_EQ(bits(disp[size_t(i)]), bits(want[size_t(i)])) << "dispatched t=" << i / N << " n=" << i % N;
+  for (detail::PackedIsa isa : isas()) {
+    std::fill(got.begin(), got.end(), -1.f);
+    detail::matmul_q8act_packed(x.data(), T, pk.view, bias, got.data(), isa);
+    for (int64_t i = 0; i < T * N; ++i)
+      ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)]))
+          << (isa == detail::PackedIsa::Avx2 ? "avx2" : "avx512vnni") << " t=" << i / N << " n=" << i % N
+          << " got " << got[size_t(i)] << " want " << want[size_t(i)];
   }
 }
 
 struct Case { DType dtype; int64_t K, G; DType sd; };
 
 TEST(CpuQ8ActPacked, BitForBitTheReference) {
-  if (!detail::vnni_supported()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  if (isas().empty()) GTEST_SKIP() << "this CPU runs neither packed kernel";
   const Case cases[] = {{DType::I8, 32, 32, DType::F32},  {DType::I8, 96, 32, DType::F16},
                         {DType::I8, 224, 32, DType::F32}, {DType::I8, 736, 32, DType::F16},
                         {DType::I8, 192, 64, DType::F16}, {DType::I8, 480, 96, DType::F32},
@@ -84,7 +98,7 @@ TEST(CpuQ8ActPacked, BitForBitTheReference) {
 // nibble split), x rows with full-scale +-127 entries, zeros and all-zero blocks (sums of
 // -0 / +0), no bias.
 TEST(CpuQ8ActPacked, ExactOnExtremeValues) {
-  if (!detail::vnni_supported()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  if (isas().empty()) GTEST_SKIP() << "this CPU runs neither packed kernel";
   const int64_t K = 288, N = 37, T = 6;
   std::vector<float> wf(size_t(N * K));  // [N, K]
   for (int64_t i = 0; i < N * K; ++i) wf[size_t(i)] = float(int(i * 7919 % 256) - 128) / 128.f;
@@ -107,7 +121,7 @@ TEST(CpuQ8ActPacked, ExactOnExtremeValues) {
 // 16389 rows (not a multiple of 16 or 32): every pool thread takes tasks, the decode
 // prefetch runs past the end; each T 1..5 equals the reference, so any split gives the same.
 TEST(CpuQ8ActPacked, BigWeightEveryThread) {
-  if (!detail::vnni_supported()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  if (isas().empty()) GTEST_SKIP() << "this CPU runs neither packed kernel";
   const int64_t N = 16389, K = 256;
   for (DType dt : {DType::I8, DType::U4}) {
     const auto st = store_quant(random_floats(size_t(N * K), 5), N, K, dt, 32, DType::F16);
@@ -128,11 +142,12 @@ TEST(CpuQ8ActPacked, Errors) {
   std::vector<uint8_t> buf(4096);
   EXPECT_THROW(detail::pack_q8act(st16.view(), buf.data()), std::invalid_argument);
   std::vector<float> x(64), y(4);
-  EXPECT_THROW(detail::matmul_q8act_packed(x.data(), 1, st8.view(), nullptr, y.data()), std::invalid_argument);
-  if (detail::vnni_supported()) {
+  EXPECT_THROW(detail::matmul_q8act_packed(x.data(), 1, st8.view(), nullptr, y.data(), detail::PackedIsa::Avx2),
+               std::invalid_argument);
+  if (!isas().empty()) {
     EXPECT_EQ(detail::q8act_packed_bytes(st8.view()), 1 * 2 * (512 + 32));  // 1 group, 2 blocks, F16 params
   } else {
-    EXPECT_EQ(detail::q8act_packed_bytes(st8.view()), 0);  // the copy is only for the VNNI kernel
+    EXPECT_EQ(detail::q8act_packed_bytes(st8.view()), 0);  // the copy is only for the packed kernels
   }
 }
 

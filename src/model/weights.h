@@ -77,10 +77,10 @@ struct PackedCopies {
 // as they are. The returned copies must outlive w.
 PackedCopies set_loop_bf16dot(ModelWeights& w);
 
-// quant_activations="q8" on a CPU with AVX512-VNNI: gives every int8 / int4 weight the q8
-// matmul applies to (after set_activation_q8) a copy in the VNNI kernel's layout
-// (ops::WeightView::q8packed, ops/matmul_q8act.h): same bits as the reference, 1.5-2.5x the
-// speed. None elsewhere (bytes 0). The returned copies must outlive w.
+// quant_activations="q8" on an x86 CPU with AVX512-VNNI or AVX2: gives every int8 / int4
+// weight the q8 matmul applies to (after set_activation_q8) a copy in the packed kernels'
+// layout (ops::WeightView::q8packed, ops/matmul_q8act.h): same bits as the reference, faster.
+// None elsewhere (bytes 0). The returned copies must outlive w.
 PackedCopies set_q8act_packs(ModelWeights& w);
 
 }  // namespace tinyloop::model

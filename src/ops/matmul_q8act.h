@@ -68,8 +68,8 @@ namespace ref {
 void matmul_q8act(const float* x, int64_t T, const WeightView& w, const float* bias, float* y);
 }  // namespace ref
 
-// A copy of w repacked for the AVX512-VNNI kernel (cpu/matmul_q8act_packed.h): its size in
-// bytes, 0 when w does not apply or the CPU has no VNNI (or TINYLOOP_DISABLE_VNNI is set),
+// A copy of w repacked for the packed kernels (cpu/matmul_q8act_packed.h): its size in
+// bytes, 0 when w does not apply or the CPU runs neither (AVX512-VNNI, AVX2),
 // and pack_q8act writes it to out (64-byte aligned). Point w.q8packed at it: matmul_q8act
 // then gives the same bits, faster.
 int64_t q8act_packed_bytes(const WeightView& w);
