@@ -12,8 +12,10 @@
 // end, plus the offset term (scalar, in block order, as the reference).
 // Batch invariance: (t, n) is computed by the same code whatever T, N or the thread.
 //
-// cpu::matmul_q8act (bottom) runs the AVX512-VNNI kernel of matmul_q8act_vnni.cc instead when
-// the CPU has it, unless TINYLOOP_DISABLE_VNNI is set (read once; for tests and A/B benchmarks).
+// cpu::matmul_q8act (bottom) runs this kernel only as the last resort: on a view with a packed
+// copy it runs matmul_q8act_packed.cc (AVX512-VNNI, else AVX2), on others the row-major
+// AVX512-VNNI kernel of matmul_q8act_vnni.cc when the CPU has it. TINYLOOP_DISABLE_VNNI (read
+// once; for tests and A/B benchmarks) turns both VNNI kernels off.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/matmul_q8act.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
