@@ -141,10 +141,9 @@ TEST(CpuQ8ActVnni, MatchesReferenceAndHighway) {
 }
 
 // A weight of 16389 rows (4 MiB + 1280 bytes of int8; not a multiple of 3 or 4, the prefill
-// tile, nor of the 32-row pool task) and slices of it at odd offsets: decode (4 rows at a
-// time, prefetching weight and params ahead, past the slice's end too; params read from the
-// weight for F16 group 32, from the Panel otherwise) and prefill (4 rows) tiles, every T 1..9
-// and every slice must give the bits of the full T = 9 call.
+// tile, nor of the 32-row pool task) and slices of it at odd offsets: decode (one row at a
+// time, prefetching ahead, past the slice's end too) and prefill (4 rows) tiles, every T
+// 1..9 and every slice must give the bits of the full T = 9 call.
 TEST(CpuQ8ActVnni, BigWeightSlicesAgreeForEveryT) {
   if (!detail::vnni_supported()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
   const int64_t N = 16389, Tmax = 9;

@@ -80,9 +80,8 @@ constexpr int64_t kVecBytes = 64;     // one zmm
 constexpr int64_t kUnit = 128;        // columns per unit (4 blocks), for x: xa | xb, 128 bytes
 constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task (as matmul.cc)
 constexpr int64_t kTChunk = 64;       // x rows per pass over a task's weight rows (L2-sized)
-// Tile bounds: prefill runs 4 x rows x 4 weight rows, decode (T < 4) T x rows x 4 weight
-// rows (see range()).
-constexpr int kMaxMR = 4, kMaxNR = 4, kPrefillNR = 4, kDecodeNR = 4;
+// Tile bounds: prefill runs 4 x rows x 4 weight rows (the widest tile used; see range()).
+constexpr int kMaxMR = 4, kMaxNR = 4;
 // Decode prefetches the weight this many rows ahead (int8 K = 768: 6 KiB). See range().
 constexpr int64_t kPrefetchRows = 8;
 
@@ -101,10 +100,6 @@ struct Ctx {
   int64_t prefetch_rows;  // decode: prefetch the weight this many rows ahead (0: none)
   const float* bias;      // [N] or null
   float* y;               // [T, N]
-  // Decode with F16 params of one block each (group 32): the tiles read them straight from
-  // the weight, no Panel. [N, nb] each (offsets: int4 only).
-  const uint16_t* scales_f16;
-  const uint16_t* offsets_f16;
 };
 
 // A task's weight rows decoded for the tiles: per row r, dwb [nbw] the d_w of each block
@@ -161,10 +156,8 @@ TL_VNNI inline __m128 reduce4(const __m512* a) {
   return _mm512_castps512_ps128(_mm512_permutexvar_ps(first, s));
 }
 
-// y[t0 .. t0 + MR, n0 .. n0 + NR]: x rows t0.., weight rows n0.. (Panel rows r0..; with
-// DIRECT the F16 params are read from the weight instead, converted exactly to the same
-// floats, zeros past nb as in the Panel, so the arithmetic and the bits are the same).
-template <int MR, int NR, bool INT4, bool DIRECT>
+// y[t0 .. t0 + MR, n0 .. n0 + NR]: x rows t0.., weight rows n0.. (Panel rows r0..).
+template <int MR, int NR, bool INT4>
 TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t n0, const Panel& pn, int64_t r0) {
   constexpr int64_t kWBytes = INT4 ? kVecBytes : 2 * kVecBytes;  // weight bytes per unit
   // Lane l of the int32 vector belongs to block l / 4 of the unit.
@@ -172,23 +165,10 @@ TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t n0, const Panel& pn, int64_t
   const __m512i low4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8(char(0x80));
   const int64_t lrow = c.nv * 16;
   const uint8_t* wr[NR];  // [w_row_bytes] each
-  const float* dwb[NR];   // [nbw] each (Panel)
-  const uint16_t* dwh[NR];  // [nb] each (DIRECT)
+  const float* dwb[NR];   // [nbw] each
   for (int r = 0; r < NR; ++r) {
     wr[r] = c.w + (n0 + r) * c.w_row_bytes;
-    if constexpr (DIRECT) {
-      dwh[r] = c.scales_f16 + (n0 + r) * c.nb;
-      if (c.prefetch_rows) {  // the params of the row prefetch_rows on: a line or two each
-        const int64_t ahead = c.prefetch_rows * c.nb;
-        for (int64_t b = 0; b < c.nb; b += 32) {
-          _mm_prefetch(reinterpret_cast<const char*>(dwh[r] + ahead + b), _MM_HINT_T0);
-          if constexpr (INT4)
-            _mm_prefetch(reinterpret_cast<const char*>(c.offsets_f16 + (n0 + r) * c.nb + ahead + b), _MM_HINT_T0);
-        }
-      }
-    } else {
-      dwb[r] = pn.dwb + (r0 + r) * pn.nbw;
-    }
+    dwb[r] = pn.dwb + (r0 + r) * pn.nbw;
   }
   __m512 acc[MR][NR];
   for (int i = 0; i < MR; ++i)
@@ -216,14 +196,7 @@ TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t n0, const Panel& pn, int64_t
         wa[r] = _mm512_shuffle_i64x2(v0, v1, _MM_SHUFFLE(2, 0, 2, 0));
         wb[r] = _mm512_shuffle_i64x2(v0, v1, _MM_SHUFFLE(3, 1, 3, 1));
       }
-      if constexpr (DIRECT) {
-        // The unit's 4 block scales (fewer in the last unit: zeros, as the Panel's).
-        const __mmask8 sm = __mmask8((1u << std::min<int64_t>(4, c.nb - j * 4)) - 1);
-        const __m512 d4 = _mm512_cvtph_ps(_mm256_castsi128_si256(_mm_maskz_loadu_epi16(sm, dwh[r] + j * 4)));
-        dwe[r] = _mm512_permutexvar_ps(blk_of_lane, d4);
-      } else {
-        dwe[r] = _mm512_permutexvar_ps(blk_of_lane, _mm512_loadu_ps(dwb[r] + j * 4));
-      }
+      dwe[r] = _mm512_permutexvar_ps(blk_of_lane, _mm512_loadu_ps(dwb[r] + j * 4));
     }
     for (int i = 0; i < MR; ++i) {
       const int8_t* xp = c.xq + (t0 + i) * c.nv * kUnit + j * kUnit;
@@ -251,16 +224,8 @@ TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t n0, const Panel& pn, int64_t
       for (int r = 0; r < NR; ++r) off[r] = _mm512_setzero_ps();
       for (int64_t b = 0; b < c.nbp; b += 16) {
         const __m512 s = _mm512_loadu_ps(sx + b);
-        for (int r = 0; r < NR; ++r) {
-          __m512 o;
-          if constexpr (DIRECT) {
-            const __mmask16 om = __mmask16((1u << std::min<int64_t>(16, c.nb - b)) - 1);
-            o = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(om, c.offsets_f16 + (n0 + r) * c.nb + b));
-          } else {
-            o = _mm512_loadu_ps(pn.owb + (r0 + r) * c.nbp + b);
-          }
-          off[r] = _mm512_fmadd_ps(o, s, off[r]);
-        }
+        for (int r = 0; r < NR; ++r)
+          off[r] = _mm512_fmadd_ps(_mm512_loadu_ps(pn.owb + (r0 + r) * c.nbp + b), s, off[r]);
       }
       v = _mm_add_ps(v, reduce4<NR>(off));
     }
@@ -271,17 +236,16 @@ TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t n0, const Panel& pn, int64_t
 
 using TileFn = void (*)(const Ctx&, int64_t, int64_t, const Panel&, int64_t);
 
-template <bool INT4, bool DIRECT, int MR, int... NRs>
+template <bool INT4, int MR, int... NRs>
 constexpr auto tile_row(std::integer_sequence<int, NRs...>) {
-  return std::array<TileFn, sizeof...(NRs)>{&tile<MR, NRs + 1, INT4, DIRECT>...};
+  return std::array<TileFn, sizeof...(NRs)>{&tile<MR, NRs + 1, INT4>...};
 }
 
-template <bool INT4, bool DIRECT>
+template <bool INT4>
 TileFn pick(int mr, int nr) {
   using Seq = std::make_integer_sequence<int, kMaxNR>;
   static constexpr std::array<std::array<TileFn, kMaxNR>, kMaxMR> table{
-      tile_row<INT4, DIRECT, 1>(Seq{}), tile_row<INT4, DIRECT, 2>(Seq{}), tile_row<INT4, DIRECT, 3>(Seq{}),
-      tile_row<INT4, DIRECT, 4>(Seq{})};
+      tile_row<INT4, 1>(Seq{}), tile_row<INT4, 2>(Seq{}), tile_row<INT4, 3>(Seq{}), tile_row<INT4, 4>(Seq{})};
   return table[size_t(mr - 1)][size_t(nr - 1)];
 }
 
@@ -292,20 +256,6 @@ void range(const Ctx& c, const ops::WeightView& w, int64_t n0, int64_t n1) {
   const int64_t psize = f16 ? 2 : 4;
   const int64_t nbw = c.nv * 4 + 16;
   const int64_t rows = n1 - n0;
-  if (c.scales_f16) {
-    // Decode, F16 params of group 32 (every GGUF-derived and `tinyloop quantize` weight): the
-    // tiles read the params from the weight (no Panel to fill: converting a row's params into
-    // it was a quarter of decode time, stalled on their cache misses) and prefetch weight and
-    // params kPrefetchRows ahead; 4 weight rows side by side give 4 independent chains and
-    // share each x load. q8act_bench, 1 thread, K = 768 N = 2048 int4: Panel + 1 row 41.9,
-    // direct + 1 row 62.9, direct + 4 rows 78.3 GFLOP/s; engine tg128 int4 1 thread
-    // 105 -> 186 -> 230 t/s (Xeon with AVX512-VNNI, 2026-12-01).
-    for (int64_t r0 = 0; r0 < rows; r0 += kDecodeNR) {
-      const int nr = int(std::min<int64_t>(kDecodeNR, rows - r0));
-      (c.int4 ? pick<true, true>(int(c.T), nr) : pick<false, true>(int(c.T), nr))(c, 0, n0 + r0, Panel{}, 0);
-    }
-    return;
-  }
   thread_local std::vector<float> dwb, owb;  // [rows, nbw], [rows, nbp]
   if (dwb.size() < size_t(rows * nbw)) dwb.resize(size_t(rows * nbw));
   if (c.int4 && owb.size() < size_t(rows * c.nbp)) owb.resize(size_t(rows * c.nbp));
@@ -318,21 +268,25 @@ void range(const Ctx& c, const ops::WeightView& w, int64_t n0, int64_t n1) {
                    owb.data() + r * c.nbp, c.nbp);
   }
   const Panel pn{dwb.data(), c.int4 ? owb.data() : nullptr, nbw};
-  // Decode with other params (F32, or groups of several blocks): one weight row at a time
-  // from the Panel, prefetching the weight kPrefetchRows ahead (the engine's weights are not
-  // hot in L1/L2 each token: other layers and the head pass in between).
+  // Decode (T < 4): one weight row at a time, so the task's rows are one sequential stream
+  // (as matmul-inl.h FusedRows), and the tile prefetches the row kPrefetchRows ahead: in the
+  // engine the weights are not hot in L1/L2 each token (other layers and the head pass in
+  // between), and the explicit prefetch is what sped decode up. Measured with `tinyloop
+  // bench` tg128, 1 thread, alternating: int4 85 -> 105 t/s, int8 71 -> 81 t/s. (The engine
+  // now runs matmul_q8act_packed.cc on CPUs with VNNI; this kernel serves views without a
+  // packed copy, so its decode was left as it was.)
   // Prefill: 4 x rows x 4 weight rows (each weight row holds 2 operand registers a unit).
   // q8act_bench, 1 thread, T = 512: 4 rows 130-152 GFLOP/s against 3 rows 122-131 and 2 rows
   // 115-133 (Xeon, 2026-12-01; on Zen 4, 3 rows had measured ~10% above 2). Each output's
   // arithmetic is the same in every tile.
-  const int nr_max = c.T < kMaxMR ? 1 : kPrefillNR;
+  const int nr_max = c.T < kMaxMR ? 1 : kMaxNR;
   for (int64_t tc = 0; tc < c.T; tc += kTChunk) {
     const int64_t te = std::min(c.T, tc + kTChunk);
     for (int64_t r0 = 0; r0 < rows; r0 += nr_max) {
       const int nr = int(std::min<int64_t>(nr_max, rows - r0));
       for (int64_t t = tc; t < te; t += kMaxMR) {
         const int mr = int(std::min<int64_t>(kMaxMR, te - t));
-        (c.int4 ? pick<true, false>(mr, nr) : pick<false, false>(mr, nr))(c, t, n0 + r0, pn, r0);
+        (c.int4 ? pick<true>(mr, nr) : pick<false>(mr, nr))(c, t, n0 + r0, pn, r0);
       }
     }
   }
@@ -441,10 +395,6 @@ void matmul_q8act_vnni(const float* x, int64_t T, const ops::WeightView& w, cons
   c.xq = xq.data(), c.corr = corr.data(), c.dxe = dxe.data(), c.sx = sx.data();
   c.w = static_cast<const uint8_t*>(w.data), c.bias = bias, c.y = y;
   c.prefetch_rows = T < kMaxMR ? kPrefetchRows : 0;
-  if (T < kMaxMR && w.scale_dtype == DType::F16 && w.group == ops::kQ8Block) {
-    c.scales_f16 = static_cast<const uint16_t*>(w.scales);
-    if (c.int4) c.offsets_f16 = static_cast<const uint16_t*>(w.offsets);
-  }
   for_row_chunks(T, N, K, kRowsPerTask, [&](int64_t n0, int64_t n1) { range(c, w, n0, n1); });
 }
 
