@@ -397,7 +397,7 @@ void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, co
   c.pf16 = w.scale_dtype == DType::F16;
   c.cb = cell_bytes(c.int4, c.pf16), c.wb = weight_bytes(c.int4);
   // x rows quantized bit for bit as the reference (the AVX-512 quantizer for q, amax and the
-  // integer sums, d and s rounded through fp16 here in plain code, as the reference does;
+  // integer sums, d and s by the reference's ops::detail::q8_block_scales in plain code;
   // without AVX-512 the reference's own quantizer).
   thread_local std::vector<int8_t> xq;          // [T, K]
   thread_local std::vector<float> dx, sx, amax;  // [T, nb], [T, nb], [nb]
@@ -413,10 +413,9 @@ void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, co
     }
     quantize_row_q8_avx512(x + t * K, K, Q8RowLayout::Natural, xq.data() + t * K, amax.data(), qsum.data(), nullptr);
     for (int64_t b = 0; b < nb; ++b) {
-      const float df = amax[size_t(b)] / 127.f;  // as ops::detail::quantize_block_q8
-      dx[size_t(t * nb + b)] = ops::detail::half_to_float(ops::detail::float_to_half(df));
-      sx[size_t(t * nb + b)] = ops::detail::half_to_float(ops::detail::float_to_half(df * float(qsum[size_t(b)])));
-      corr[size_t(t * nb + b)] = -128 * qsum[size_t(b)];
+      const size_t i = size_t(t * nb + b);
+      ops::detail::q8_block_scales(amax[size_t(b)], qsum[size_t(b)], &dx[i], &sx[i]);
+      corr[i] = -128 * qsum[size_t(b)];
     }
   }
   c.xq = xq.data(), c.dx = dx.data(), c.sx = sx.data(), c.corr = corr.data();

@@ -342,7 +342,7 @@ namespace {
 
 // x rows quantized (bit for bit as the scalar quantizer of ops/matmul_q8act.h) and laid out
 // for the tiles: xq, corr (int8), dxe, sx (int4) of Ctx. Not compiled for AVX-512 itself, so
-// d and s are rounded by the same plain code as the reference's.
+// d and s come from the reference's own ops::detail::q8_block_scales.
 void prepare_x(const float* x, Ctx& c, std::vector<int8_t>& xq, std::vector<int32_t>& corr,
                std::vector<float>& dxe, std::vector<float>& sx) {
   const int64_t T = c.T, K = c.K, nb = c.nb, nv = c.nv;
@@ -359,10 +359,10 @@ void prepare_x(const float* x, Ctx& c, std::vector<int8_t>& xq, std::vector<int3
                            xq.data() + t * xrow, amax.data(), qsum.data(), c.int4 ? nullptr : corr.data() + t * lrow);
     float* de = dxe.data() + t * lrow;  // [lrow]: 4 lanes a block
     for (int64_t b = 0; b < nb; ++b) {
-      const float df = amax[size_t(b)] / 127.f;  // as ops::detail::quantize_block_q8
-      const float d = ops::detail::half_to_float(ops::detail::float_to_half(df));
+      float d, s;
+      ops::detail::q8_block_scales(amax[size_t(b)], qsum[size_t(b)], &d, &s);
       for (int e = 0; e < 4; ++e) de[b * 4 + e] = d;
-      if (c.int4) sx[size_t(t * c.nbp + b)] = ops::detail::half_to_float(ops::detail::float_to_half(df * float(qsum[size_t(b)])));
+      if (c.int4) sx[size_t(t * c.nbp + b)] = s;
     }
   }
 }

@@ -31,12 +31,20 @@ inline bool q8act_applies(const WeightView& w) {
 
 namespace detail {
 
+// A block's d and s from its max |x| and the integer sum of its q: both rounded through
+// fp16, s from the unrounded d (ggml's Q8_1). Every quantizer (this scalar one, the AVX-512
+// one of the VNNI kernels) finishes its blocks with this, so their bits agree.
+inline void q8_block_scales(float amax, int32_t qsum, float* d, float* s) {
+  const float df = amax / 127.f;
+  *d = half_to_float(float_to_half(df));
+  *s = half_to_float(float_to_half(df * float(qsum)));
+}
+
 // One block of 32 activations, as ggml's x86 quantize_row_q8_1 forms it.
 //   x [32] in, q [32] out; d, s out (both already rounded through fp16, returned as float).
 inline void quantize_block_q8(const float* x, int8_t* q, float* d, float* s) {
   float amax = 0.f;
   for (int j = 0; j < kQ8Block; ++j) amax = std::fmax(amax, std::fabs(x[j]));
-  const float df = amax / 127.f;
   // 127 / amax, not 1 / d: the x86 path multiplies by this (the generic C one by 1 / d).
   const float id = amax != 0.f ? 127.f / amax : 0.f;
   int32_t sum = 0;
@@ -50,8 +58,7 @@ inline void quantize_block_q8(const float* x, int8_t* q, float* d, float* s) {
     q[j] = int8_t(v);
     sum += v;
   }
-  *d = half_to_float(float_to_half(df));
-  *s = half_to_float(float_to_half(df * float(sum)));
+  q8_block_scales(amax, sum, d, s);
 }
 
 // A row x[K] (K a multiple of 32): q [K], d [K / 32], s [K / 32].
