@@ -71,16 +71,11 @@ void check_exact(const ops::testing::StoredQuant& st, const std::vector<float>& 
   }
 }
 
-struct Case { DType dtype; int64_t K, G; DType sd; };
+using Case = ops::testing::Q8Case;
 
 TEST(CpuQ8ActPacked, BitForBitTheReference) {
   if (isas().empty()) GTEST_SKIP() << "this CPU runs neither packed kernel";
-  const Case cases[] = {{DType::I8, 32, 32, DType::F32},  {DType::I8, 96, 32, DType::F16},
-                        {DType::I8, 224, 32, DType::F32}, {DType::I8, 736, 32, DType::F16},
-                        {DType::I8, 192, 64, DType::F16}, {DType::I8, 480, 96, DType::F32},
-                        {DType::U4, 32, 32, DType::F32},  {DType::U4, 96, 32, DType::F16},
-                        {DType::U4, 224, 32, DType::F16}, {DType::U4, 576, 64, DType::F16},
-                        {DType::U4, 480, 96, DType::F32}, {DType::U4, 160, 160, DType::F32}};
+  const std::vector<Case> cases = ops::testing::q8_kernel_cases();
   for (const Case& c : cases)
     for (int64_t T : {1, 2, 3, 4, 5, 7, 9, 70})
       for (int64_t N : {1, 3, 16, 17, 33, 67}) {

@@ -26,7 +26,7 @@ namespace {
 using ops::testing::random_floats;
 using ops::testing::store_quant;
 
-struct Case { DType dtype; int64_t K, G; DType sd; };
+using Case = ops::testing::Q8Case;
 
 // |simd - ref| bound: both sum the same exact per-block products (float(isum) is exact for
 // |isum| < 2^24) in a different order (lanes, FMA): a few ulp of the sum of |terms|.
@@ -120,13 +120,7 @@ void check_vnni(const ops::testing::StoredQuant& st, const std::vector<float>& x
 
 TEST(CpuQ8ActVnni, MatchesReferenceAndHighway) {
   if (!detail::vnni_supported()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
-  const Case cases[] = {{DType::I8, 32, 32, DType::F32},  {DType::I8, 96, 32, DType::F16},
-                        {DType::I8, 224, 32, DType::F32}, {DType::I8, 736, 32, DType::F16},
-                        {DType::I8, 192, 64, DType::F16}, {DType::I8, 480, 96, DType::F32},
-                        {DType::I8, 160, 160, DType::F32}, {DType::U4, 32, 32, DType::F32},
-                        {DType::U4, 96, 32, DType::F16},  {DType::U4, 224, 32, DType::F16},
-                        {DType::U4, 576, 64, DType::F16}, {DType::U4, 480, 96, DType::F32},
-                        {DType::U4, 288, 96, DType::F16}, {DType::U4, 160, 160, DType::F32}};
+  const std::vector<Case> cases = ops::testing::q8_kernel_cases();
   for (const Case& c : cases)
     for (int64_t T : {1, 2, 3, 4, 5, 6, 7, 8, 9, 70}) {
       SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " K=" + std::to_string(c.K) + " G=" +

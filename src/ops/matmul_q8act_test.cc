@@ -92,7 +92,7 @@ std::vector<double> oracle(const std::vector<float>& x, int64_t T, const WeightV
   return y;
 }
 
-struct Case { DType dtype; int64_t K, G; DType sd; };
+using Case = testing::Q8Case;
 
 TEST(Q8ActRef, MatchesOracleOnOddShapes) {
   const Case cases[] = {{DType::I8, 32, 32, DType::F32}, {DType::I8, 96, 32, DType::F16},

@@ -14,6 +14,19 @@
 
 namespace tinyloop::ops::testing {
 
+// A q8-activation matmul test shape: weight dtype (I8 / U4), K, group G, param dtype.
+struct Q8Case { DType dtype; int64_t K, G; DType sd; };
+
+// The shapes the SIMD q8 kernels are checked on: K odd multiples of 32 up to 736 (partial
+// 128-column units), groups of 32 and larger, F16 and F32 params, int8 and int4.
+inline std::vector<Q8Case> q8_kernel_cases() {
+  return {{DType::I8, 32, 32, DType::F32},   {DType::I8, 96, 32, DType::F16},  {DType::I8, 224, 32, DType::F32},
+          {DType::I8, 736, 32, DType::F16},  {DType::I8, 192, 64, DType::F16}, {DType::I8, 480, 96, DType::F32},
+          {DType::I8, 160, 160, DType::F32}, {DType::U4, 32, 32, DType::F32},  {DType::U4, 96, 32, DType::F16},
+          {DType::U4, 224, 32, DType::F16},  {DType::U4, 576, 64, DType::F16}, {DType::U4, 480, 96, DType::F32},
+          {DType::U4, 288, 96, DType::F16},  {DType::U4, 160, 160, DType::F32}};
+}
+
 struct StoredQuant {
   DType dtype = DType::I8;
   int64_t N = 0, K = 0, G = 0;
