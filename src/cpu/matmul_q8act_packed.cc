@@ -65,9 +65,9 @@ constexpr int64_t kPrefetchCells = 4;
 // A cell: the weight bytes, then d_w [16] (and o_w [16] for int4) in the weight's own param
 // dtype (F16 stays F16: decode is bound by the bytes it streams, and the tile converts them
 // exactly in a register).
-int64_t weight_bytes(bool int4) { return int4 ? 4 * kQuadBytes : 8 * kQuadBytes; }
-int64_t param_bytes(bool f16) { return f16 ? 2 * kGroupRows : 4 * kGroupRows; }
-int64_t cell_bytes(bool int4, bool f16) { return weight_bytes(int4) + (int4 ? 2 : 1) * param_bytes(f16); }
+constexpr int64_t weight_bytes(bool int4) { return int4 ? 4 * kQuadBytes : 8 * kQuadBytes; }
+constexpr int64_t param_bytes(bool f16) { return f16 ? 2 * kGroupRows : 4 * kGroupRows; }
+constexpr int64_t cell_bytes(bool int4, bool f16) { return weight_bytes(int4) + (int4 ? 2 : 1) * param_bytes(f16); }
 
 bool packable(const ops::WeightView& w) {
   return ops::q8act_applies(w) && (vnni_supported() || packed_avx2_supported());
@@ -171,7 +171,7 @@ TL_VNNI inline __m512 load_params(const uint8_t* p) {
 // y[t0 .. t0 + MR, 16 g0 .. 16 (g0 + NG)] (rows past N not stored); PF16: F16 params.
 template <int MR, int NG, bool INT4, bool PF16>
 TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t g0) {
-  constexpr int64_t kParamBytes = PF16 ? 2 * kGroupRows : 4 * kGroupRows;
+  constexpr int64_t kParamBytes = param_bytes(PF16);
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   const uint8_t* run[NG];  // [nb, cell] each
   for (int g = 0; g < NG; ++g) run[g] = c.packed + (g0 + g) * c.nb * c.cb;
@@ -266,7 +266,7 @@ TL_AVX2 inline __m256 load_params8(const uint8_t* p) {
 // y[t0 .. t0 + MR, 16 g .. 16 g + 16] (rows past N not stored).
 template <int MR, bool INT4, bool PF16>
 TL_AVX2 void tile_avx2(const Ctx& c, int64_t t0, int64_t g) {
-  constexpr int64_t kParamBytes = PF16 ? 2 * kGroupRows : 4 * kGroupRows, kHalfParams = kParamBytes / 2;
+  constexpr int64_t kParamBytes = param_bytes(PF16), kHalfParams = kParamBytes / 2;
   const __m256i low4 = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8(char(0x80));
   const __m256i ones = _mm256_set1_epi16(1);
   const uint8_t* run = c.packed + g * c.nb * c.cb;  // [nb, cell]
