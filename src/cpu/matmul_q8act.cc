@@ -147,6 +147,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -205,28 +206,33 @@ bool vnni_on() {
   }();
   return on;
 }
+
+// The packed kernel this process runs on views with a packed copy (none: no copies are made).
+std::optional<detail::PackedIsa> packed_isa() {
+  if (vnni_on()) return detail::PackedIsa::Avx512Vnni;
+  if (detail::packed_avx2_supported()) return detail::PackedIsa::Avx2;
+  return std::nullopt;
+}
 }  // namespace
 
 void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
-  if (w.q8packed && vnni_on()) return detail::matmul_q8act_packed(x, T, w, bias, y, detail::PackedIsa::Avx512Vnni);
-  if (w.q8packed && detail::packed_avx2_supported())
-    return detail::matmul_q8act_packed(x, T, w, bias, y, detail::PackedIsa::Avx2);
+  if (w.q8packed)
+    if (const auto isa = packed_isa()) return detail::matmul_q8act_packed(x, T, w, bias, y, *isa);
   if (vnni_on()) return detail::matmul_q8act_vnni(x, T, w, bias, y);
   detail::matmul_q8act_hwy(x, T, w, bias, y);
 }
 
-int64_t q8act_packed_bytes(const ops::WeightView& w) {
-  return vnni_on() || detail::packed_avx2_supported() ? detail::q8act_packed_bytes(w) : 0;
-}
+int64_t q8act_packed_bytes(const ops::WeightView& w) { return packed_isa() ? detail::q8act_packed_bytes(w) : 0; }
 
 std::string q8act_kernel_name() {
-  return vnni_on() ? "avx512vnni" : detail::packed_avx2_supported() ? "avx2" : "portable-" + simd_target_name();
+  if (const auto isa = packed_isa()) return *isa == detail::PackedIsa::Avx512Vnni ? "avx512vnni" : "avx2";
+  return "portable-" + simd_target_name();
 }
 
 void pack_q8act(const ops::WeightView& w, void* out) {
   if (cpu::q8act_packed_bytes(w) == 0)
     throw std::invalid_argument("pack_q8act: the weight can not be packed (needs int8/int4 with a group that is "
-                                "a multiple of 32, and AVX512-VNNI enabled)");
+                                "a multiple of 32, and a CPU with AVX512-VNNI or AVX2)");
   detail::pack_q8act(w, out);
 }
 
