@@ -1,12 +1,11 @@
-// SIMD attention over one KV slot, or over two (a shared prefix slot for positions < split,
-// a tail slot for the rest: the prefix cache), F32, F16 or INT8 storage (ops/kv_quant.h);
-// same contracts as ops::attention and ops::attention_segments. The storage type is only a
-// row loader (LoadChunk widens a chunk; an int8 row also carries a per-(row, kv head) scale,
-// applied to the score and to the softmax weight), so every dtype runs the same loops. One
-// routine serves one and two slots: the one-slot call is the two-slot call with split = 0,
-// and the segment boundary only decides which slot a position's row is read from, so a
-// window split across two slots gets exactly the arithmetic of the same window in one slot
-// (bit-identical, which the prefix cache needs).
+// SIMD attention over KV slots, contiguous or paged (ops.h KvView), F32, F16 or INT8 storage
+// (ops/kv_quant.h); same contracts as ops::attention and ops::attention_batch. The storage
+// type is only a row loader (LoadChunk widens a chunk; an int8 row also carries a per-(row,
+// kv head) scale, applied to the score and to the softmax weight), so every dtype runs the
+// same loops. A window is walked as runs of consecutive positions that lie in one block
+// (SplitRange); the run boundaries only decide which buffer a position's row is read from,
+// so a paged slot gets exactly the arithmetic of a contiguous one holding the same rows
+// (bit-identical, which shared prefix blocks and the batched engine need).
 //
 // A task is a tile of up to kTileRows query rows and one kv head g: the (row, query head)
 // items of the tile (every head of g's group) attend to their row's keys k_lo[t] .. q_pos[t].
@@ -45,12 +44,11 @@
 #ifndef TINYLOOP_CPU_ATTENTION_ARGS_
 #define TINYLOOP_CPU_ATTENTION_ARGS_
 namespace tinyloop::cpu::detail {
+// The rows of one sequence (one KvRowGroup of a batch) against their slot.
 struct AttnArgs {
   const float* q;  // [T, n_heads, head_dim]
   int64_t T, n_heads;
-  ops::KvView prefix;  // k, v: [capacity, n_kv_heads, head_dim]; positions < split
-  int64_t split;       // 0: every position is in `tail` (one-slot attention)
-  ops::KvView tail;    // k, v: [capacity, n_kv_heads, head_dim]; positions >= split
+  ops::KvView kv;        // the slot every row reads
   const int64_t* q_pos;  // [T]
   const int64_t* k_lo;   // [T]
   float* out;            // [T, n_heads, head_dim]
@@ -89,7 +87,8 @@ HWY_INLINE hn::Vec<DF> LoadChunk(DF df, const KT* HWY_RESTRICT row, int64_t c, i
   }
 }
 
-// The part of a window that lies in one slot: positions lo .. lo + n - 1, row p % cap.
+// A run of a window that lies in one block: positions lo .. lo + n - 1, row p % cap of the
+// block (cap = the block's rows; a run never wraps).
 template <typename KT>
 struct Seg {
   const KT* k;         // [cap, n_kv, hd]
@@ -99,21 +98,20 @@ struct Seg {
   int64_t cap, lo, n;
 };
 
-// Positions lo .. hi split at a.split: [lo, split) from the prefix slot, the rest from the
-// tail slot. Returns the number of parts (0 when lo > hi).
+// Positions lo .. hi of slot kv as runs within one block each (a contiguous ring is one
+// block: split only where the ring wraps). seg is cleared first; empty when lo > hi.
 template <typename KT>
-HWY_INLINE int SplitRange(const detail::AttnArgs& a, int64_t lo, int64_t hi, Seg<KT>* seg) {
-  const int64_t n = hi - lo + 1;
-  if (n <= 0) return 0;
-  int n_seg = 0;
-  const int64_t n_pre = std::clamp<int64_t>(a.split - lo, 0, n);
-  if (n_pre > 0)
-    seg[n_seg++] = {static_cast<const KT*>(a.prefix.k), static_cast<const KT*>(a.prefix.v),
-                    a.prefix.k_scale, a.prefix.v_scale, a.prefix.capacity, lo, n_pre};
-  if (n_pre < n)
-    seg[n_seg++] = {static_cast<const KT*>(a.tail.k), static_cast<const KT*>(a.tail.v),
-                    a.tail.k_scale, a.tail.v_scale, a.tail.capacity, lo + n_pre, n - n_pre};
-  return n_seg;
+HWY_INLINE void SplitRange(const ops::KvView& kv, int64_t lo, int64_t hi, std::vector<Seg<KT>>& seg) {
+  seg.clear();
+  const int64_t unit = kv.unit_rows();
+  for (int64_t p = lo; p <= hi;) {
+    int64_t row;
+    const ops::KvBlock b = kv.block_of(p % kv.capacity, &row);
+    const int64_t n = std::min(hi - p + 1, unit - row);
+    seg.push_back({static_cast<const KT*>(b.k), static_cast<const KT*>(b.v), b.k_scale,
+                   b.v_scale, unit, p, n});
+    p += n;
+  }
 }
 
 // One (query row, query head) pair of a tile: its window lo .. hi and where its scores and
@@ -177,17 +175,28 @@ HWY_INLINE void StoreScores4(DF df, V a0, V a1, V a2, V a3, const float* f, floa
 // 16 keys ahead, 28.0 at 48, 24.3 at 96; int4 q8 43.6 / 50.9 / 53.8 / 49.9.
 constexpr int64_t kPrefetchKeys = 48;
 
-// Prefetches the row of ring row r + kPrefetchKeys (mod cap) of kv head g: [n] elements
-// from element `from` of the row.
+// A cursor kPrefetchKeys positions ahead of the walk over a window's runs: it follows the
+// walk across block boundaries, so paged slots prefetch as far ahead as contiguous ones, and
+// it stops at the window's end (nothing outside the window is touched).
 template <typename KT>
-HWY_INLINE void PrefetchRow(const KT* base, int64_t r, int64_t cap, int64_t n_kv, int64_t g, int64_t hd,
-                            int64_t from, int64_t n) {
-  if (kPrefetchKeys >= cap) return;
-  int64_t rp = r + kPrefetchKeys;
-  if (rp >= cap) rp -= cap;
-  const char* p = reinterpret_cast<const char*>(base + (rp * n_kv + g) * hd + from);
-  for (int64_t b = 0; b < n * int64_t(sizeof(KT)); b += 64) hwy::Prefetch(p + b);
-}
+struct Ahead {
+  const Seg<KT>* seg;
+  int64_t n_seg, j = 0, off = kPrefetchKeys;  // position seg[j].lo + off
+  Ahead(const Seg<KT>* s, int64_t n) : seg(s), n_seg(n) {
+    while (j < n_seg && off >= seg[j].n) off -= seg[j++].n;
+  }
+  // Prefetches [n] elements from element `from` of kv head g's K (keys) or V row.
+  HWY_INLINE void fetch(bool keys, int64_t n_kv, int64_t g, int64_t hd, int64_t from, int64_t n) const {
+    if (j >= n_seg) return;
+    const Seg<KT>& s = seg[j];
+    const int64_t r = (s.lo + off) % s.cap;
+    const char* p = reinterpret_cast<const char*>((keys ? s.k : s.v) + (r * n_kv + g) * hd + from);
+    for (int64_t b = 0; b < n * int64_t(sizeof(KT)); b += 64) hwy::Prefetch(p + b);
+  }
+  HWY_INLINE void next() {
+    if (j < n_seg && ++off == seg[j].n) off = 0, ++j;
+  }
+};
 
 // Scores of every item against the keys of one slot part, four keys at a time:
 //   it[i].s[p - ulo] = dot(q_i, K[p]) * scale (INT8: * (k_scale[p] * scale))
@@ -201,9 +210,9 @@ HWY_INLINE void PrefetchRow(const KT* base, int64_t r, int64_t cap, int64_t n_kv
 //   kf   [4, hdp] scratch
 //   zrow [hd] zeros
 template <int NC, bool kFull, typename KT>
-HWY_INLINE void QkScores(const Seg<KT>& sg, int64_t n_kv, int64_t g, int64_t hd, int64_t hdp,
-                         const Item* it, int64_t n_it, int64_t ulo, float scale, float* kf,
-                         const KT* zrow) {
+HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t n_kv, int64_t g,
+                         int64_t hd, int64_t hdp, const Item* it, int64_t n_it, int64_t ulo,
+                         float scale, float* kf, const KT* zrow) {
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const int64_t L = int64_t(hn::Lanes(df));
@@ -213,7 +222,8 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, int64_t n_kv, int64_t g, int64_t hd,
     alignas(16) float f[4] = {0.f, 0.f, 0.f, 0.f};          // [4] the scores' factors
     for (int64_t k = 0; k < 4 && p0 + k < sg.n; ++k) {
       kr[k] = sg.k + (r * n_kv + g) * hd;
-      PrefetchRow(sg.k, r, sg.cap, n_kv, g, hd, 0, hd);
+      ahead.fetch(true, n_kv, g, hd, 0, hd);
+      ahead.next();
       f[k] = scale;
       if constexpr (kScaled<KT>) f[k] = sg.ks[r * n_kv + g] * scale;
       if (++r == sg.cap) r = 0;
@@ -276,7 +286,7 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, int64_t n_kv, int64_t g, int64_t hd,
 //   it  [4] items (unused ones have an empty window); only the first NI are looked at
 // kFull: the NV chunks are whole (no tail chunk among them).
 template <int NV, int NI, bool kFull, typename KT>
-HWY_INLINE void WeightedV(const Seg<KT>* seg, int n_seg, int64_t n_kv, int64_t g, int64_t hd,
+HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, int64_t n_kv, int64_t g, int64_t hd,
                           const Item* it, int64_t ulo, int64_t c0) {
   static_assert(NV >= 1 && NV <= 4, "up to 4 vectors per pass");
   const hn::ScalableTag<float> df;
@@ -288,13 +298,15 @@ HWY_INLINE void WeightedV(const Seg<KT>* seg, int n_seg, int64_t n_kv, int64_t g
   V a20 = z, a21 = z, a22 = z, a23 = z, a30 = z, a31 = z, a32 = z, a33 = z;
   const int64_t lo0 = it[0].lo, hi0 = it[0].hi, lo1 = it[1].lo, hi1 = it[1].hi;
   const int64_t lo2 = it[2].lo, hi2 = it[2].hi, lo3 = it[3].lo, hi3 = it[3].hi;
-  for (int s = 0; s < n_seg; ++s) {
+  Ahead<KT> ahead(seg, n_seg);
+  for (int64_t s = 0; s < n_seg; ++s) {
     const KT* vbase = seg[s].v;
     const int64_t cap = seg[s].cap, n = seg[s].n;
     int64_t r = seg[s].lo % cap;  // ring row of position lo + p, advanced without a division
     for (int64_t p = seg[s].lo; p < seg[s].lo + n; ++p) {
       const KT* vr = vbase + (r * n_kv + g) * hd + c0;  // [hd - c0] from chunk c0 on
-      PrefetchRow(vbase, r, cap, n_kv, g, hd, c0, std::min<int64_t>(hd - c0, NV * L));
+      ahead.fetch(false, n_kv, g, hd, c0, std::min<int64_t>(hd - c0, NV * L));
+      ahead.next();
       const V v0 = LoadChunk<kFull>(df, vr, 0, hd - c0);
       const V v1 = NV > 1 ? LoadChunk<kFull>(df, vr, L, hd - c0) : v0;
       const V v2 = NV > 2 ? LoadChunk<kFull>(df, vr, 2 * L, hd - c0) : v0;
@@ -346,7 +358,7 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const int64_t L = int64_t(hn::Lanes(df));
-  const int64_t hd = a.tail.head_dim, n_kv = a.tail.n_kv_heads;
+  const int64_t hd = a.kv.head_dim, n_kv = a.kv.n_kv_heads;
   const int64_t group = a.n_heads / n_kv;
   const int64_t n_it = n_rows * group;
   int64_t ulo = a.k_lo[rows[0]], uhi = a.q_pos[rows[0]];  // the union of the windows
@@ -381,15 +393,17 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
   }
   for (int64_t i = n_it; i < n_it + 3; ++i) it[i] = {nullptr, nullptr, nullptr, 1, 0, 0.f};
 
-  Seg<KT> seg[2];
-  const int n_seg = SplitRange(a, ulo, uhi, seg);
+  thread_local std::vector<Seg<KT>> seg, bseg;  // runs of the union, of a batch of items
+  SplitRange(a.kv, ulo, uhi, seg);
+  const int64_t n_seg = int64_t(seg.size());
   const float scale = float(1.0 / std::sqrt(double(hd)));
   // Scores: one pass over the union's K rows, each row used by every item.
-  for (int s = 0; s < n_seg; ++s) {
+  Ahead<KT> ahead(seg.data(), n_seg);
+  for (int64_t s = 0; s < n_seg; ++s) {
     const bool full = hd == hdp;
     float* kf = kbuf.data();
     const KT* z = zbuf.data();
-#define TL_QK(NC, FULL) QkScores<NC, FULL>(seg[s], n_kv, g, hd, hdp, it, n_it, ulo, scale, kf, z)
+#define TL_QK(NC, FULL) QkScores<NC, FULL>(seg[s], ahead, n_kv, g, hd, hdp, it, n_it, ulo, scale, kf, z)
     // Unrolled for rows of up to 4 vectors; the test-free variant only for exactly 4 (head_dim
     // 64 on AVX-512, 32 on AVX2): every variant is compiled per dtype and target.
     switch (hdp / L) {
@@ -427,13 +441,13 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
       blo = std::min(blo, it[i].lo);
       bhi = std::max(bhi, it[i].hi);
     }
-    Seg<KT> bseg[2];
-    const int n_bseg = SplitRange(a, blo, bhi, bseg);
+    SplitRange(a.kv, blo, bhi, bseg);
+    const int64_t n_bseg = int64_t(bseg.size());
     const bool one = b + 1 == n_it;  // a single item (decode of an MHA head): no others to test
     for (int64_t c0 = 0; c0 < hd; c0 += 4 * L) {
       const int64_t nv = std::min<int64_t>(4, (hd - c0 + L - 1) / L);
       const bool full = c0 + nv * L <= hd;
-#define TL_PV(NV, NI, FULL) WeightedV<NV, NI, FULL>(bseg, n_bseg, n_kv, g, hd, it + b, ulo, c0)
+#define TL_PV(NV, NI, FULL) WeightedV<NV, NI, FULL>(bseg.data(), n_bseg, n_kv, g, hd, it + b, ulo, c0)
       if (nv == 4 && full)  // head_dim 64 on AVX-512, 32 on AVX2
         one ? TL_PV(4, 1, true) : TL_PV(4, 4, true);
       else if (nv == 4)
@@ -454,7 +468,7 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
 // (then one tile per row: the results are the same either way).
 template <typename KT>
 HWY_INLINE void AttendRowsT(const detail::AttnArgs& a, int64_t t0, int64_t g) {
-  const int64_t hd = a.tail.head_dim, group = a.n_heads / a.tail.n_kv_heads;
+  const int64_t hd = a.kv.head_dim, group = a.n_heads / a.kv.n_kv_heads;
   int64_t rows[detail::kTileRows];
   int64_t n_rows = 0, lo = 0, hi = -1, sum_n = 0;
   for (int64_t t = t0; t < std::min(t0 + detail::kTileRows, a.T); ++t) {
@@ -494,9 +508,9 @@ void FloatToHalfN(const float* HWY_RESTRICT src, int64_t n, uint16_t* HWY_RESTRI
 
 // Rows t0 .. t0 + kTileRows - 1 (those < T) against kv head g, the KV storage type picked.
 void AttendRows(const detail::AttnArgs& a, int64_t t0, int64_t g) {
-  if (a.tail.dtype == ops::KvDType::F16)
+  if (a.kv.dtype == ops::KvDType::F16)
     AttendRowsT<hwy::float16_t>(a, t0, g);
-  else if (a.tail.dtype == ops::KvDType::I8)
+  else if (a.kv.dtype == ops::KvDType::I8)
     AttendRowsT<int8_t>(a, t0, g);
   else
     AttendRowsT<float>(a, t0, g);
@@ -510,40 +524,58 @@ namespace tinyloop::cpu {
 HWY_EXPORT(AttendRows);
 HWY_EXPORT(FloatToHalfN);
 
-// k, v [capacity, n_kv_heads, head_dim]; k_rows, v_rows [T, n_kv_heads, head_dim]; pos [T].
-void kv_write(ops::KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
-              int64_t head_dim, const float* k_rows, const float* v_rows, const int64_t* pos,
+// k_rows, v_rows [T, n_kv_heads, head_dim]; pos [T]: ring row pos[t] % capacity of dst.
+void kv_write(const ops::KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos,
               int64_t T) {
-  const int64_t row = n_kv_heads * head_dim;  // elements per position
+  const int64_t row = dst.n_kv_heads * dst.head_dim;  // elements per position
   const auto to_half = HWY_DYNAMIC_DISPATCH(FloatToHalfN);
   for (int64_t t = 0; t < T; ++t) {
-    const int64_t r = pos[t] % capacity;
-    if (dtype == ops::KvDType::F32) {
-      std::memcpy(static_cast<float*>(k) + r * row, k_rows + t * row, size_t(row) * sizeof(float));
-      std::memcpy(static_cast<float*>(v) + r * row, v_rows + t * row, size_t(row) * sizeof(float));
+    int64_t r;
+    const ops::KvBlock b = dst.block_of(pos[t] % dst.capacity, &r);
+    if (dst.dtype == ops::KvDType::F32) {
+      std::memcpy(static_cast<float*>(b.k) + r * row, k_rows + t * row, size_t(row) * sizeof(float));
+      std::memcpy(static_cast<float*>(b.v) + r * row, v_rows + t * row, size_t(row) * sizeof(float));
     } else {
-      to_half(k_rows + t * row, row, static_cast<uint16_t*>(k) + r * row);
-      to_half(v_rows + t * row, row, static_cast<uint16_t*>(v) + r * row);
+      to_half(k_rows + t * row, row, static_cast<uint16_t*>(b.k) + r * row);
+      to_half(v_rows + t * row, row, static_cast<uint16_t*>(b.v) + r * row);
     }
   }
 }
 
-// q [T, n_heads, head_dim], q_pos [T], k_lo [T], out [T, n_heads, head_dim].
-void attention_segments(const float* q, int64_t T, int64_t n_heads, const ops::KvView& prefix,
-                        int64_t split, const ops::KvView& tail, const int64_t* q_pos,
-                        const int64_t* k_lo, float* out) {
-  if (T <= 0) return;
-  const detail::AttnArgs a{q, T, n_heads, prefix, split, tail, q_pos, k_lo, out};
+// q [T, n_heads, head_dim], q_pos [T], k_lo [T], out [T, n_heads, head_dim]; groups cover
+// the rows in order.
+void attention_batch(const float* q, int64_t T, int64_t n_heads, const ops::KvRowGroup* groups,
+                     int64_t n_groups, const int64_t* q_pos, const int64_t* k_lo, float* out) {
+  if (T <= 0 || n_groups <= 0) return;
   const auto fn = HWY_DYNAMIC_DISPATCH(AttendRows);
-  const int64_t n_kv = tail.n_kv_heads;
-  // Tasks: (tile of kTileRows query rows, kv head).
-  const int64_t n_tiles = (T + detail::kTileRows - 1) / detail::kTileRows;
-  parallel_for(n_tiles * n_kv, [&](int64_t i) { fn(a, i / n_kv * detail::kTileRows, i % n_kv); });
+  const int64_t n_kv = groups[0].kv.n_kv_heads, hd = groups[0].kv.head_dim, w = n_heads * hd;
+  // Tasks: (group, tile of kTileRows of its rows, kv head), one parallel loop for them all.
+  struct Tile {
+    int64_t group, t0;
+  };
+  std::vector<detail::AttnArgs> a;
+  std::vector<Tile> tl;
+  for (int64_t i = 0; i < n_groups; ++i) {
+    const ops::KvRowGroup& gr = groups[i];
+    const int64_t b = gr.begin;
+    a.push_back({q + b * w, gr.rows, n_heads, gr.kv, q_pos + b, k_lo + b, out + b * w});
+    for (int64_t t0 = 0; t0 < gr.rows; t0 += detail::kTileRows) tl.push_back({i, t0});
+  }
+  parallel_for(int64_t(tl.size()) * n_kv, [&](int64_t i) {
+    const Tile& t = tl[size_t(i / n_kv)];
+    fn(a[size_t(t.group)], t.t0, i % n_kv);
+  });
 }
 
 void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,
                const int64_t* q_pos, const int64_t* k_lo, float* out) {
-  attention_segments(q, T, n_heads, kv, 0, kv, q_pos, k_lo, out);  // split 0: all in kv
+  if (T <= 0) return;
+  const detail::AttnArgs a{q, T, n_heads, kv, q_pos, k_lo, out};
+  const auto fn = HWY_DYNAMIC_DISPATCH(AttendRows);
+  const int64_t n_kv = kv.n_kv_heads;
+  // Tasks: (tile of kTileRows query rows, kv head).
+  const int64_t n_tiles = (T + detail::kTileRows - 1) / detail::kTileRows;
+  parallel_for(n_tiles * n_kv, [&](int64_t i) { fn(a, i / n_kv * detail::kTileRows, i % n_kv); });
 }
 
 }  // namespace tinyloop::cpu

@@ -1,7 +1,8 @@
 // cpu::attention against the scalar reference (ops::ref::attention), on every compiled
 // target: MHA and GQA, odd head_dim (vector tails), F16 and F32 KV, ring slots, sliding
 // windows, empty windows; batch / thread invariance bit for bit (any grouping of query rows
-// into tiles); and the two-slot cpu::attention_segments bit for bit against one slot.
+// into tiles); paged slots bit for bit against contiguous ones, and the batched call over
+// many sequences against each alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,8 +46,8 @@ struct Slot {
     const auto kr = random_floats(size_t(n_pos * nkv * d), seed, -2.f, 2.f);
     const auto vr = random_floats(size_t(n_pos * nkv * d), seed + 1);
     const int64_t off = first * nkv * d;
-    ops::ref::kv_write(dt, k(), v(), cap, nkv, d, kr.data() + off, vr.data() + off,
-                       pos.data() + first, n_pos - first);
+    ops::ref::kv_write(ops::testing::contiguous_view(dt, k(), v(), cap, nkv, d), kr.data() + off,
+                       vr.data() + off, pos.data() + first, n_pos - first);
   }
   void* k() { return dtype == ops::KvDType::F32 ? (void*)kf.data() : (void*)kh.data(); }
   void* v() { return dtype == ops::KvDType::F32 ? (void*)vf.data() : (void*)vh.data(); }
@@ -222,34 +223,50 @@ TEST_P(CpuAttention, TilesAnyRowGroupingBitIdentical) {
   });
 }
 
-// Two slots (a prefix for positions < P, a tail ring for the rest) give bit for bit what one
-// slot holding the same rows gives, on every target: windows wholly in either slot or
-// across the boundary, odd head_dim, GQA. Never-written rows are nan, so a position read
-// from the wrong slot shows.
-TEST_P(CpuAttention, TwoSegmentsBitIdenticalToOneSlot) {
+// A paged view whose blocks of B rows are slices of the slot gives bit for bit what the
+// contiguous view gives, on every target: block sizes that split windows anywhere (1 row,
+// odd sizes, the whole slot), windows, odd head_dim, GQA; and cpu::attention_batch over
+// several such slots (one group each) equals each group alone.
+TEST_P(CpuAttention, PagedBitIdenticalToContiguous) {
   testing::for_each_target([&] {
     uint32_t seed = 101;
-    const int64_t N = 37;  // positions 0 .. 36
+    const int64_t N = 37, cap = 40;  // positions 0 .. 36 in a 40-row slot
     for (int64_t hd : {1, 5, 17, 64, 80, 130})
-      for (auto [n_heads, n_kv] : {std::pair<int64_t, int64_t>{4, 4}, {6, 2}})
-        for (int64_t P : {1, 13, 33, 36}) {
-          seed += 2;
-          Slot whole(GetParam(), N, n_kv, hd, N, seed);
-          Slot pre(GetParam(), P, n_kv, hd, P, seed);
-          Slot tail(GetParam(), N - P + 3, n_kv, hd, N, seed, P);  // ring rows p % (N-P+3)
+      for (auto [n_heads, n_kv] : {std::pair<int64_t, int64_t>{4, 4}, {6, 2}}) {
+        seed += 2;
+        Slot whole(GetParam(), cap, n_kv, hd, N, seed);
+        const int64_t esz = GetParam() == ops::KvDType::F32 ? 4 : 2;
+        for (int64_t B : {1, 5, 8, 40}) {
+          std::vector<ops::KvBlock> table;
+          for (int64_t b = 0; b < cap / B; ++b)
+            table.push_back({static_cast<char*>(whole.k()) + b * B * n_kv * hd * esz,
+                             static_cast<char*>(whole.v()) + b * B * n_kv * hd * esz, nullptr, nullptr});
+          ops::KvView paged = whole.view();
+          paged.k = paged.v = nullptr;
+          paged.block_rows = B;
+          paged.blocks = table.data();
           for (int64_t window : {0, 5}) {
             const Queries qs = causal_chunk(30, 7, n_heads, hd, window, seed + 1);
             const int64_t T = qs.T();
             std::vector<float> one(size_t(T * n_heads * hd), NAN), two(one.size(), NAN);
             cpu::attention(qs.q.data(), T, n_heads, whole.view(), qs.q_pos.data(), qs.k_lo.data(), one.data());
-            // Queries before P (P = 33, 36) read only the prefix slot: allowed as well.
-            cpu::attention_segments(qs.q.data(), T, n_heads, pre.view(), P, tail.view(),
-                                    qs.q_pos.data(), qs.k_lo.data(), two.data());
+            cpu::attention(qs.q.data(), T, n_heads, paged, qs.q_pos.data(), qs.k_lo.data(), two.data());
             for (size_t i = 0; i < one.size(); ++i)
-              ASSERT_EQ(one[i], two[i]) << "hd=" << hd << " P=" << P << " window=" << window << " i=" << i;
+              ASSERT_EQ(std::bit_cast<uint32_t>(one[i]), std::bit_cast<uint32_t>(two[i]))
+                  << "hd=" << hd << " B=" << B << " window=" << window << " i=" << i;
+            // The same rows split into two groups of one batched call, one contiguous, one paged.
+            const int64_t h = T / 2, w = n_heads * hd;
+            const ops::KvRowGroup groups[2] = {{whole.view(), 0, h}, {paged, h, T - h}};
+            std::vector<float> three(one.size(), NAN);
+            cpu::attention_batch(qs.q.data(), T, n_heads, groups, 2, qs.q_pos.data(), qs.k_lo.data(),
+                                 three.data());
+            for (size_t i = 0; i < one.size(); ++i)
+              ASSERT_EQ(std::bit_cast<uint32_t>(one[i]), std::bit_cast<uint32_t>(three[i]))
+                  << "batched: hd=" << hd << " B=" << B << " i=" << i << " w=" << w;
           }
           if (HasFatalFailure()) return;
         }
+      }
   });
 }
 
@@ -268,8 +285,10 @@ TEST(CpuKvWrite, BitExactAgainstReference) {
     testing::for_each_target([&] {
       const size_t n = size_t(cap * row) * (dt == ops::KvDType::F16 ? 2 : 4);
       std::vector<unsigned char> k(n, 0xab), v(n, 0xcd), kr(n, 0xab), vr(n, 0xcd);
-      cpu::kv_write(dt, k.data(), v.data(), cap, n_kv, hd, k_rows.data(), v_rows.data(), pos.data(), T);
-      ops::ref::kv_write(dt, kr.data(), vr.data(), cap, n_kv, hd, k_rows.data(), v_rows.data(), pos.data(), T);
+      cpu::kv_write(ops::testing::contiguous_view(dt, k.data(), v.data(), cap, n_kv, hd), k_rows.data(),
+                    v_rows.data(), pos.data(), T);
+      ops::ref::kv_write(ops::testing::contiguous_view(dt, kr.data(), vr.data(), cap, n_kv, hd),
+                         k_rows.data(), v_rows.data(), pos.data(), T);
       ASSERT_EQ(k, kr);
       ASSERT_EQ(v, vr);
     });

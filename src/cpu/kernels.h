@@ -48,20 +48,18 @@ void set_bf16dot_portable(bool on);
 
 // Causal attention, same contract as ops::attention, over an F32, F16 or INT8 slot (INT8:
 // ops/kv_quant.h, int8 values with a float scale per (position, kv head), widened and scaled
-// inside the dot products). Tiles of query rows x kv heads are split across the thread pool.
+// inside the dot products), contiguous or paged. Tiles of query rows x kv heads are split
+// across the thread pool.
 void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,
                const int64_t* q_pos, const int64_t* k_lo, float* out);
+// The same over the row groups of many sequences (ops::attention_batch): one parallel loop
+// over (group, tile, kv head), every row bit-identical to cpu::attention of that row alone.
+void attention_batch(const float* q, int64_t T, int64_t n_heads, const ops::KvRowGroup* groups,
+                     int64_t n_groups, const int64_t* q_pos, const int64_t* k_lo, float* out);
 
-// Causal attention over a prefix slot (positions < split) + a tail slot, same contract as
-// ops::attention_segments; bit-identical to cpu::attention over one slot holding the same
-// rows (attention() is this with split = 0).
-void attention_segments(const float* q, int64_t T, int64_t n_heads, const ops::KvView& prefix,
-                        int64_t split, const ops::KvView& tail, const int64_t* q_pos,
-                        const int64_t* k_lo, float* out);
-
-// Writes K/V rows into a slot (F16: hardware conversion), same contract as ops::kv_write.
-void kv_write(ops::KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
-              int64_t head_dim, const float* k_rows, const float* v_rows, const int64_t* pos,
+// Writes K/V rows into an F32 or F16 slot (F16: hardware conversion), same contract as
+// ops::kv_write.
+void kv_write(const ops::KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos,
               int64_t T);
 
 // y[T, D] = x / sqrt(mean(x^2) + eps) * w[D]; y may alias x.

@@ -1,5 +1,6 @@
 #include "model/kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -10,211 +11,275 @@ namespace tinyloop::model {
 
 KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t window,
                  ops::KvDType dtype, MemoryTracker* tracker, int64_t extra_slots,
-                 int64_t loop_slots)
+                 int64_t loop_slots, KvPoolPtr pool, int64_t first_pos, int64_t block_rows)
     : layout_(c, loops, loop_slots),
       capacity_(capacity),
       window_(window),
-      n_kv_heads_(c.n_kv_heads),
-      head_dim_(c.head_dim),
-      dim_(c.dim),
       extra_slots_(extra_slots),
-      dtype_(dtype),
-      tracker_(tracker) {
+      block_(c, dtype,
+             block_rows > 0 ? block_rows
+             : pool          ? pool->layout().rows
+                             : std::clamp<int64_t>(capacity, 1, kDefaultBlockRows)),
+      tracker_(tracker),
+      pool_(std::move(pool)) {
   if (loops < 1) throw std::invalid_argument("loops must be >= 1, got " + std::to_string(loops));
   if (capacity < 1) throw std::invalid_argument("KV capacity must be >= 1");
   if (extra_slots < 0) throw std::invalid_argument("extra KV slots must be >= 0");
   if (loop_slots < 0)
     throw std::invalid_argument("kv_loop_slots must be >= 0, got " + std::to_string(loop_slots));
-  if (ops::is_store_h(dtype)) {
-    // Store-h: one area of h rows [capacity, dim] (+ their scales), no separate V.
-    areas_ = 1;
-    row_bytes_ = ops::h_row_bytes(dtype, dim_);
-    row_scales_ = ops::h_row_scales(dtype, dim_);
+  if (window < 0) throw std::invalid_argument("cache_window must be >= 0");
+  const int64_t slots = slot_count();
+  // The table is [slots, ceil(capacity / rows)] entries: refuse sizes whose product wraps
+  // or cannot be held (a huge loops or max_tokens), naming what was asked.
+  n_blocks_ = capacity_ / block_.rows + (capacity_ % block_.rows != 0);
+  if (slots > (int64_t(1) << 40) / std::max<int64_t>(1, n_blocks_))
+    throw std::runtime_error("out of memory: a KV cache of " + std::to_string(slots) + " slots x " +
+                             std::to_string(capacity_) + " positions");
+  if (pool_) {
+    if (!(pool_->layout() == block_))
+      throw std::logic_error("KvCache: the pool's block layout differs from the cache's");
   } else {
-    const int64_t elem = dtype == ops::KvDType::F32 ? 4 : dtype == ops::KvDType::F16 ? 2 : 1;
-    areas_ = 2;
-    row_bytes_ = n_kv_heads_ * head_dim_ * elem;
-    row_scales_ = dtype == ops::KvDType::I8 ? n_kv_heads_ : 0;
+    // A private pool, first sized for what this sequence will write: positions first_pos ..
+    // capacity - 1, or with a window the most blocks it holds at once, so its memory is
+    // bounded by the window whatever the length.
+    const int64_t first = std::clamp<int64_t>(first_pos, 0, capacity_);
+    const int64_t per_slot = window_ > 0 ? window_blocks(window_, block_.rows)
+                                         : (capacity_ - 1) / block_.rows - first / block_.rows + 1;
+    pool_ = std::make_shared<KvPool>(block_, 0, slots * per_slot, tracker_);
+    private_pool_ = true;
   }
-  // Scales follow the values, 16-byte aligned; every slot starts 16-byte aligned too.
-  auto align16 = [](int64_t n) { return (n + 15) / 16 * 16; };
-  scale_off_ = align16(areas_ * capacity_ * row_bytes_);
-  const int64_t scale_bytes = areas_ * capacity_ * row_scales_ * int64_t(sizeof(float));
-  slot_bytes_ = align16(scale_off_ + scale_bytes);
-  bytes_ = slot_bytes_ * (layout_.count() + extra_slots_);
-  try {
-    data_ = alloc_huge_pages(static_cast<size_t>(bytes_));
-  } catch (const std::bad_alloc&) {
-    throw std::runtime_error("out of memory: KV cache of " + std::to_string(bytes_) + " bytes");
+  refs_.resize(size_t(slots * n_blocks_));
+  table_.resize(refs_.size());
+}
+
+KvCache::~KvCache() { release_all(); }
+
+int64_t KvCache::window_blocks(int64_t window, int64_t rows) {
+  // During a forward of n <= kWindowSlack new positions from length l, a slot holds blocks
+  // floor((l - window + 1 - kWindowSlack) / rows) .. floor((l + n - 1) / rows) (advance()
+  // released the ones before): at most (n + window + kWindowSlack - 2) / rows + 2.
+  return (kWindowSlack + window + kWindowSlack - 2) / rows + 2;
+}
+
+void KvCache::hold_pool(const KvPoolPtr& p) {
+  if (p == pool_) return;
+  for (const KvPoolPtr& h : held_)
+    if (h == p) return;
+  held_.push_back(p);
+}
+
+void KvCache::drop(int64_t s, int64_t b) {
+  Ref& r = refs_[size_t(s * n_blocks_ + b)];
+  if (r.id >= 0) r.pool->release(r.id);
+  r = Ref{};
+  table_[size_t(s * n_blocks_ + b)] = ops::KvBlock{};
+}
+
+void KvCache::release_all() {
+  for (int64_t s = 0; s < slot_count(); ++s)
+    for (int64_t b = 0; b < n_blocks_; ++b) drop(s, b);
+  length_ = 0;
+  released_ = 0;
+}
+
+void KvCache::make_writable(int64_t s, int64_t b) {
+  Ref& r = refs_[size_t(s * n_blocks_ + b)];
+  if (r.id >= 0 && !r.pool->shared(r.id)) return;
+  const int32_t id = pool_->allocate();
+  if (r.id >= 0) {  // shared: this holder gets its own copy
+    std::memcpy(pool_->data(id), r.pool->data(r.id), size_t(block_.bytes));
+    r.pool->release(r.id);
   }
-  tracked_ = TrackedBytes(tracker, bytes_);
+  r = Ref{pool_.get(), id};
+  table_[size_t(s * n_blocks_ + b)] = pool_->block(id);
+}
+
+int64_t KvCache::blocks_needed(int64_t end) const {
+  end = std::min(end, capacity_);
+  if (end <= length_) return 0;
+  const int64_t b0 = std::max(length_ / block_.rows, released_), b1 = (end - 1) / block_.rows;
+  int64_t n = 0;
+  for (int64_t s = 0; s < slot_count(); ++s)
+    for (int64_t b = b0; b <= b1; ++b) {
+      const Ref& r = refs_[size_t(s * n_blocks_ + b)];
+      n += r.id < 0 || r.pool->shared(r.id);
+    }
+  return n;
+}
+
+void KvCache::reserve(int64_t end) {
+  if (end > capacity_)
+    throw std::logic_error("KV reserve to " + std::to_string(end) + " past the capacity " +
+                           std::to_string(capacity_));
+  if (end <= length_) return;
+  const int64_t b0 = std::max(length_ / block_.rows, released_), b1 = (end - 1) / block_.rows;
+  for (int64_t s = 0; s < slot_count(); ++s)
+    for (int64_t b = b0; b <= b1; ++b) make_writable(s, b);
+}
+
+int64_t KvCache::blocks_held() const {
+  int64_t n = 0;
+  for (const Ref& r : refs_) n += r.id >= 0;
+  return n;
+}
+
+int64_t KvCache::bytes() const {
+  if (private_pool_) return pool_->arena_bytes();
+  int64_t n = 0;
+  for (const Ref& r : refs_) n += r.id >= 0 && r.pool == pool_.get();
+  return n * block_.bytes;
+}
+
+void KvCache::advance(int64_t n) {
+  length_ += n;
+  if (window_ <= 0) return;
+  // A query at length_ or later sees positions >= length_ - window_ + 1; keep kWindowSlack
+  // more for rollback, release whole blocks before that.
+  const int64_t keep_from = length_ - window_ + 1 - kWindowSlack;
+  const int64_t upto = keep_from > 0 ? keep_from / block_.rows : 0;  // blocks [0, upto) go
+  for (; released_ < std::min(upto, n_blocks_); ++released_)
+    for (int64_t s = 0; s < slot_count(); ++s) drop(s, released_);
 }
 
 void KvCache::truncate(int64_t new_length) {
   if (new_length < 0 || new_length > length_)
     throw std::logic_error("KV truncate to " + std::to_string(new_length) + " of " +
                            std::to_string(length_));
-  if (length_ - new_length > capacity_)
-    throw std::logic_error("KV truncate past the ring's oldest row");
+  if (window_ > 0 && new_length - window_ + 1 < first_kept() && new_length > 0)
+    throw std::logic_error("KV truncate past the window's released blocks");
   length_ = new_length;
 }
 
 void KvCache::copy_row(int64_t src_slot, int64_t dst_slot, int64_t p) {
   if (src_slot == dst_slot) return;  // recurrence-shared iterations: already the same rows
-  if (row_scales_ > 0) {
-    const int64_t r = (p % capacity_) * row_scales_;  // [row_scales] scales of row p
-    std::memcpy(k_scale_data(dst_slot) + r, k_scale_data(src_slot) + r, sizeof(float) * row_scales_);
-    if (areas_ == 2)
-      std::memcpy(v_scale_data(dst_slot) + r, v_scale_data(src_slot) + r, sizeof(float) * row_scales_);
+  const int64_t b = p / block_.rows, row = p % block_.rows;
+  make_writable(dst_slot, b);
+  const auto* src = static_cast<const uint8_t*>(table_[size_t(src_slot * n_blocks_ + b)].k);
+  auto* dst = static_cast<uint8_t*>(table_[size_t(dst_slot * n_blocks_ + b)].k);
+  if (!src) throw std::logic_error("copy_row from a position the cache does not hold");
+  // Values of K (and V), then the scales of K (and V): [area][rows][...] within the block.
+  for (int64_t a = 0; a < block_.areas; ++a) {
+    const int64_t v = a * block_.v_off + row * block_.row_bytes;
+    std::memcpy(dst + v, src + v, size_t(block_.row_bytes));
+    if (block_.row_scales > 0) {
+      const int64_t sc = (a == 0 ? block_.ks_off : block_.vs_off) +
+                         row * block_.row_scales * int64_t(sizeof(float));
+      std::memcpy(dst + sc, src + sc, size_t(block_.row_scales) * sizeof(float));
+    }
   }
-  const int64_t row = (p % capacity_) * row_bytes_;
-  if (areas_ == 1) {  // store-h: the h row is all there is
-    std::memcpy(static_cast<uint8_t*>(k_data(dst_slot)) + row,
-                static_cast<const uint8_t*>(k_data(src_slot)) + row, row_bytes_);
-    return;
-  }
-  std::memcpy(static_cast<uint8_t*>(k_data(dst_slot)) + row,
-              static_cast<const uint8_t*>(k_data(src_slot)) + row, row_bytes_);
-  std::memcpy(static_cast<uint8_t*>(v_data(dst_slot)) + row,
-              static_cast<const uint8_t*>(v_data(src_slot)) + row, row_bytes_);
 }
 
-std::unique_ptr<KvCache> KvCache::clone() const {
-  auto c = std::unique_ptr<KvCache>(new KvCache(*this, tracker_));
-  return c;
+std::unique_ptr<KvCache> KvCache::clone(KvPoolPtr pool) const {
+  // A private pool of its own starts empty: the clone allocates only what it writes.
+  const bool own = !pool;
+  if (own) pool = std::make_shared<KvPool>(block_, 0, 0, tracker_);
+  ModelConfig c;
+  c.n_pre_blocks = layout_.n_pre;
+  c.n_loop_layers = layout_.n_loop;
+  c.n_post_blocks = layout_.n_post;
+  c.n_kv_heads = block_.n_kv_heads;
+  c.head_dim = block_.head_dim;
+  c.dim = block_.dim;
+  auto out = std::make_unique<KvCache>(c, layout_.loops, capacity_, window_, block_.dtype, tracker_,
+                                       extra_slots_, layout_.groups < layout_.loops ? layout_.groups : 0,
+                                       std::move(pool), 0, block_.rows);
+  out->private_pool_ = own;
+  out->assign_from(*this);
+  return out;
 }
 
-KvCache::KvCache(const KvCache& o, MemoryTracker* tracker)
-    : layout_(o.layout_),
-      capacity_(o.capacity_),
-      window_(o.window_),
-      n_kv_heads_(o.n_kv_heads_),
-      head_dim_(o.head_dim_),
-      dim_(o.dim_),
-      extra_slots_(o.extra_slots_),
-      dtype_(o.dtype_),
-      row_bytes_(o.row_bytes_),
-      areas_(o.areas_),
-      row_scales_(o.row_scales_),
-      scale_off_(o.scale_off_),
-      slot_bytes_(o.slot_bytes_),
-      bytes_(o.bytes_),
-      length_(o.length_),
-      tracker_(tracker) {
-  data_ = alloc_huge_pages(static_cast<size_t>(bytes_));
-  std::memcpy(data_.get(), o.data_.get(), static_cast<size_t>(bytes_));
-  tracked_ = TrackedBytes(tracker, bytes_);
-  shared_prefix_ = o.shared_prefix_;  // a clone of a tail still reads the same prefix
-}
-
-void KvCache::set_shared_prefix(const KvCache* prefix) {
-  // The two-segment attention (ops/attention_segments) reads F32/F16 rows only, and a
-  // prefix's shared loop groups would hold the prefix's last iteration where generate of
-  // the whole text sees each iteration's own K/V: refuse both rather than differ.
-  if (dtype_ == ops::KvDType::I8 || prefix->dtype() == ops::KvDType::I8)
-    throw std::invalid_argument(
-        "kv_mode 'int8' does not support a shared prefix KV yet (prefix cache, prefix pool, "
-        "beam search): use kv_mode 'fp16' or 'fp32'");
-  if (ops::is_store_h(dtype_) || ops::is_store_h(prefix->dtype()))
-    throw std::invalid_argument(
-        "store-h kv_mode (h_fp16, h_int8, h_int4) does not support a shared prefix KV yet "
-        "(prefix cache, prefix pool, beam search): use kv_mode 'fp16' or 'fp32'");
-  if (layout_.shared() || prefix->layout().shared())
-    throw std::invalid_argument(
-        "kv_loop_slots (recurrence-shared KV) does not support a shared prefix KV (prefix "
-        "cache, prefix pool, beam search)");
-  // A window is fine when both segments apply the same one and the prefix never wrapped:
-  // attention then reads each prefix position from its own row (beam search with
-  // cache_window builds its prompt that way).
-  if (length_ != 0 || window_ != prefix->window() || prefix->length() > prefix->capacity() ||
-      prefix->layout().count() != layout_.count() || prefix->dtype() != dtype_ ||
-      prefix->n_kv_heads() != n_kv_heads_ || prefix->head_dim() != head_dim_)
-    throw std::invalid_argument("set_shared_prefix: the prefix does not match this cache");
-  shared_prefix_ = prefix;
-  length_ = prefix->length();
-}
-
-void KvCache::assign_tail_from(const KvCache& src) {
+void KvCache::assign_from(const KvCache& src) {
   if (&src == this) return;
-  if (!shared_prefix_ || src.shared_prefix_ != shared_prefix_ || src.capacity_ != capacity_ ||
-      src.row_bytes_ != row_bytes_ || src.slot_count() != slot_count())
-    throw std::logic_error("assign_tail_from: the caches are not tails of one shape over one prefix");
-  const int64_t first = shared_prefix_->length();
-  if (src.length_ - first > capacity_)
-    throw std::logic_error("assign_tail_from: the source tail has wrapped");
-  auto& from = const_cast<KvCache&>(src);  // k_data/v_data are not const; nothing is written
+  if (src.slot_count() != slot_count() || !(src.block_ == block_) || src.n_blocks_ > n_blocks_ ||
+      src.layout_.groups != layout_.groups || src.window_ != window_)
+    throw std::logic_error("assign_from: the caches differ in shape");
+  release_all();
+  hold_pool(src.pool_);
+  for (const KvPoolPtr& p : src.held_) hold_pool(p);
   for (int64_t s = 0; s < slot_count(); ++s)
-    for (int64_t p = first; p < src.length_; ++p) {
-      const int64_t row = (p % capacity_) * row_bytes_;
-      std::memcpy(static_cast<uint8_t*>(k_data(s)) + row, static_cast<const uint8_t*>(from.k_data(s)) + row,
-                  row_bytes_);
-      std::memcpy(static_cast<uint8_t*>(v_data(s)) + row, static_cast<const uint8_t*>(from.v_data(s)) + row,
-                  row_bytes_);
+    for (int64_t b = 0; b < src.n_blocks_; ++b) {
+      const Ref& r = src.refs_[size_t(s * src.n_blocks_ + b)];
+      if (r.id < 0) continue;
+      r.pool->retain(r.id);
+      refs_[size_t(s * n_blocks_ + b)] = r;
+      table_[size_t(s * n_blocks_ + b)] = src.table_[size_t(s * src.n_blocks_ + b)];
     }
   length_ = src.length_;
+  released_ = src.released_;
+}
+
+void KvCache::share_prefix(const KvCache& prefix) {
+  if (layout_.shared() || prefix.layout().shared())
+    throw std::invalid_argument(
+        "kv_loop_slots (recurrence-shared KV) does not support a shared prefix KV (prefix "
+        "cache, prefix pool, beam search): the prefix's shared slot groups hold its last "
+        "iteration, where a forward of the whole text sees each iteration's own K/V");
+  if (length_ != 0 || window_ != prefix.window_ || prefix.length_ > capacity_ ||
+      prefix.layout_.count() != layout_.count() || !(prefix.block_ == block_))
+    throw std::invalid_argument("share_prefix: the prefix does not match this cache");
+  hold_pool(prefix.pool_);
+  for (const KvPoolPtr& p : prefix.held_) hold_pool(p);
+  const int64_t nb = (prefix.length_ + block_.rows - 1) / block_.rows;
+  for (int64_t s = 0; s < layout_.count(); ++s)
+    for (int64_t b = prefix.released_; b < nb; ++b) {
+      const Ref& r = prefix.refs_[size_t(s * prefix.n_blocks_ + b)];
+      if (r.id < 0) continue;
+      r.pool->retain(r.id);
+      refs_[size_t(s * n_blocks_ + b)] = r;
+      table_[size_t(s * n_blocks_ + b)] = prefix.table_[size_t(s * prefix.n_blocks_ + b)];
+    }
+  length_ = prefix.length_;
+  released_ = prefix.released_;
 }
 
 void KvCache::write(int64_t slot, const float* k_rows, const float* v_rows, const int64_t* pos,
                     int64_t T) {
-  if (ops::is_store_h(dtype_))
+  if (ops::is_store_h(block_.dtype))
     throw std::invalid_argument(
         "store-h kv_mode (h_fp16, h_int8, h_int4) keeps h, not K/V rows: this feature "
         "(speculative decoding) does not support it yet");
-  ops::kv_write(dtype_, k_data(slot), v_data(slot), capacity_, n_kv_heads_, head_dim_, k_rows,
-                v_rows, pos, T, k_scale_data(slot), v_scale_data(slot));
-}
-
-float* KvCache::k_scale_data(int64_t slot) {
-  if (row_scales_ == 0) return nullptr;
-  return reinterpret_cast<float*>(data_.get() + slot * slot_bytes_ + scale_off_);
-}
-float* KvCache::v_scale_data(int64_t slot) {
-  if (row_scales_ == 0 || areas_ != 2) return nullptr;
-  return k_scale_data(slot) + capacity_ * row_scales_;
-}
-
-int64_t KvCache::bytes_per_position_per_slot() const {
-  return areas_ * (row_bytes_ + row_scales_ * int64_t(sizeof(float)));
+  int64_t last = -1;
+  for (int64_t t = 0; t < T; ++t) {
+    if (pos[t] < 0 || pos[t] >= capacity_)
+      throw std::logic_error("KV write at position " + std::to_string(pos[t]) + " outside the capacity " +
+                             std::to_string(capacity_));
+    const int64_t b = pos[t] / block_.rows;
+    if (b != last) make_writable(slot, b);
+    last = b;
+  }
+  ops::kv_write(view(slot), k_rows, v_rows, pos, T);
 }
 
 void KvCache::write_h(int64_t slot, const float* h, const int64_t* pos, int64_t T) {
-  if (!ops::is_store_h(dtype_)) throw std::logic_error("write_h on a K/V cache");
-  uint8_t* base = static_cast<uint8_t*>(k_data(slot));  // [capacity, row_bytes]
-  float* sc = k_scale_data(slot);                       // [capacity, row_scales] or null
+  if (!ops::is_store_h(block_.dtype)) throw std::logic_error("write_h on a K/V cache");
   for (int64_t t = 0; t < T; ++t) {
-    const int64_t r = pos[t] % capacity_;
-    ops::h_row_store(dtype_, h + t * dim_, dim_, base + r * row_bytes_,
-                     sc ? sc + r * row_scales_ : nullptr);
+    if (pos[t] < 0 || pos[t] >= capacity_)
+      throw std::logic_error("KV write at position " + std::to_string(pos[t]) + " outside the capacity");
+    const int64_t b = pos[t] / block_.rows, row = pos[t] % block_.rows;
+    make_writable(slot, b);
+    const ops::KvBlock& blk = table_[size_t(slot * n_blocks_ + b)];
+    ops::h_row_store(block_.dtype, h + t * block_.dim, block_.dim,
+                     static_cast<uint8_t*>(blk.k) + row * block_.row_bytes,
+                     blk.k_scale ? blk.k_scale + row * block_.row_scales : nullptr);
   }
 }
 
 void KvCache::read_h(int64_t slot, int64_t p, float* out) const {
-  KvCache& self = const_cast<KvCache&>(*this);  // read only; the accessors are shared
-  const int64_t r = p % capacity_;
-  const float* sc = self.k_scale_data(slot);
-  ops::h_row_load(dtype_, static_cast<const uint8_t*>(self.k_data(slot)) + r * row_bytes_,
-                  sc ? sc + r * row_scales_ : nullptr, dim_, out);
-}
-
-void* KvCache::k_data(int64_t slot) { return data_.get() + slot * slot_bytes_; }
-void* KvCache::v_data(int64_t slot) {
-  if (areas_ != 2) return nullptr;  // store-h keeps no V
-  return data_.get() + slot * slot_bytes_ + capacity_ * row_bytes_;
+  const int64_t b = p / block_.rows, row = p % block_.rows;
+  const ops::KvBlock& blk = table_.at(size_t(slot * n_blocks_ + b));
+  if (!blk.k) throw std::logic_error("read_h of a position the cache does not hold");
+  ops::h_row_load(block_.dtype, static_cast<const uint8_t*>(blk.k) + row * block_.row_bytes,
+                  blk.k_scale ? blk.k_scale + row * block_.row_scales : nullptr, block_.dim, out);
 }
 
 ops::KvView KvCache::view(int64_t slot) const {
   ops::KvView v;
-  v.dtype = dtype_;
-  v.k = data_.get() + slot * slot_bytes_;
-  v.v = data_.get() + slot * slot_bytes_ + capacity_ * row_bytes_;
-  v.capacity = capacity_;
-  v.n_kv_heads = n_kv_heads_;
-  v.head_dim = head_dim_;
-  if (dtype_ == ops::KvDType::I8) {
-    float* base = const_cast<KvCache*>(this)->k_scale_data(slot);  // [2][capacity, n_kv_heads]
-    v.k_scale = base;
-    v.v_scale = base + capacity_ * n_kv_heads_;
-  }
+  v.dtype = block_.dtype;
+  v.capacity = n_blocks_ * block_.rows;
+  v.n_kv_heads = block_.n_kv_heads;
+  v.head_dim = block_.head_dim;
+  v.block_rows = block_.rows;
+  v.blocks = table_.data() + slot * n_blocks_;
   return v;
 }
 

@@ -1,18 +1,29 @@
 // KV storage of one sequence: one slot per layer application (DESIGN.md section 2).
 // Slot order: pre layers, then (iteration i, loop layer j) for i < loops, then post layers.
-// Each slot holds `capacity` rows of K and of V, [n_kv_heads, head_dim] each; the row of
-// absolute position p is p % capacity, so a capacity below the sequence length is a ring
-// buffer (cache_window).
+// Each slot is a table of paged blocks (model/kv_pool.h) holding K and V rows
+// [n_kv_heads, head_dim] (or store-h h rows) per position.
 #pragma once
 #include <cstdint>
 #include <memory>
 
-#include "model/huge_pages.h"
+#include "model/kv_pool.h"
 #include "model/memory_tracker.h"
 #include "ops/ops.h"
 #include "tinyloop/config.h"
 
 namespace tinyloop::model {
+
+// One application of a layer: pre layer `index`, loop layer `index` at `iteration`, or
+// post layer `index`. Sequences of one batched forward run at different depths, so the
+// model names the application and each sequence's SlotLayout maps it to a slot.
+struct LayerApp {
+  enum class Kind { Pre, Loop, Post };
+  Kind kind = Kind::Pre;
+  int64_t iteration = 0, index = 0;
+  static LayerApp pre(int64_t i) { return {Kind::Pre, 0, i}; }
+  static LayerApp loop(int64_t iteration, int64_t j) { return {Kind::Loop, iteration, j}; }
+  static LayerApp post(int64_t k) { return {Kind::Post, 0, k}; }
+};
 
 // Where each layer application's KV lives for a forward at `loops` iterations.
 // groups: loop-iteration slot groups (the recurrence-shared mode, docs/kv-cache.md).
@@ -40,21 +51,46 @@ struct SlotLayout {
   }
   int64_t post(int64_t k) const { return n_pre + groups * n_loop + k; }
   int64_t count() const { return n_pre + groups * n_loop + n_post; }
+  int64_t of(const LayerApp& a) const {
+    return a.kind == LayerApp::Kind::Pre ? pre(a.index)
+           : a.kind == LayerApp::Kind::Loop ? loop(a.iteration, a.index)
+                                            : post(a.index);
+  }
   // True when several iterations share a slot group (not the exact per-iteration mode).
   bool shared() const { return groups < loops; }
 };
 
+// The KV of one sequence: a block table per slot into a KvPool (model/kv_pool.h). Position p
+// of a slot lives in row p % block_rows of the slot's block p / block_rows; blocks are
+// allocated when first written, shared with other caches by reference (a common prefix, a
+// beam's parent, a clone) and copied before a write when shared (copy-on-write). With a
+// window, blocks no query can see any more are released as the sequence advances, so a
+// windowed cache holds about window + kWindowSlack positions per slot.
 class KvCache {
  public:
+  // Positions a windowed cache keeps beyond its window (speculative rollback truncates into
+  // them), and the prefill chunk that bounds a windowed forward's memory.
+  static constexpr int64_t kWindowSlack = 64;
+
+  // capacity: positions this sequence may reach (0 .. capacity - 1).
   // window: 0 = every earlier position is visible; W > 0 = a query at p sees p-W+1 .. p.
-  // capacity: rows per slot; a sequence longer than capacity wraps (needs window > 0).
   // extra_slots: slots beyond layout().count(), numbered count() .. count() + extra - 1, that
   // no forward writes by itself (self-speculation keeps its draft's post-block K/V there).
   // loop_slots: the recurrence-shared mode's group count (SlotLayout; 0 = one slot group
   // per iteration).
+  // pool: where blocks come from (the serving engine's pool); null = a private pool that
+  // grows on demand, its first arena sized for positions first_pos .. capacity - 1 (earlier
+  // ones are expected to be shared from a prefix, share_prefix).
+  // block_rows: positions per block (the pool's, when given); 0 = kDefaultBlockRows, or the
+  // capacity when that is smaller (a short private cache wastes no rows). Caches that share
+  // blocks must use the same size.
   KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t window,
           ops::KvDType dtype, MemoryTracker* tracker, int64_t extra_slots = 0,
-          int64_t loop_slots = 0);
+          int64_t loop_slots = 0, KvPoolPtr pool = nullptr, int64_t first_pos = 0,
+          int64_t block_rows = 0);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
 
   const SlotLayout& layout() const { return layout_; }
   int64_t loops() const { return layout_.loops; }
@@ -62,78 +98,95 @@ class KvCache {
   int64_t slot_count() const { return layout_.count() + extra_slots_; }
   int64_t capacity() const { return capacity_; }
   int64_t window() const { return window_; }
-  ops::KvDType dtype() const { return dtype_; }
+  ops::KvDType dtype() const { return block_.dtype; }
+  int64_t block_rows() const { return block_.rows; }
+  const KvBlockLayout& block_layout() const { return block_; }
+  const KvPoolPtr& pool() const { return pool_; }
   // Positions written so far; the next token goes to this absolute position.
   int64_t length() const { return length_; }
-  void advance(int64_t n) { length_ += n; }
+  // Marks n more positions written; with a window, releases blocks no later query can see.
+  void advance(int64_t n);
   // Forget positions >= new_length (speculative rollback). Rows are not cleared: the next
-  // forward overwrites them. Only valid while those rows have not wrapped away.
+  // forward overwrites them. Throws std::logic_error below what a window already released.
   void truncate(int64_t new_length);
   // Copy position p's K/V row (and its I8 scales) from slot src to slot dst (the early-exit
   // "latest" rule: a token that stops at iteration e reuses iteration e's rows for the
   // skipped ones). src == dst (iterations sharing a slot group) is a no-op.
   void copy_row(int64_t src_slot, int64_t dst_slot, int64_t p);
-  // Write k_rows/v_rows [T, n_kv_heads, head_dim] for absolute positions pos[T] into a slot
-  // in this cache's dtype (ops::kv_write with the slot's scales when I8).
+  // Write k_rows/v_rows [T, n_kv_heads, head_dim] for absolute positions pos[T] (< capacity)
+  // into a slot in this cache's dtype (blocks allocated or copied as needed).
   void write(int64_t slot, const float* k_rows, const float* v_rows, const int64_t* pos,
              int64_t T);
-  // A deep copy (a cache that serves several continuations, e.g. warm-start resume).
-  std::unique_ptr<KvCache> clone() const;
-  int64_t bytes() const { return bytes_; }
 
-  // Two-segment KV (prefix cache, runtime/prefix_cache.h): positions < prefix->length() are
-  // read from `prefix`, which is shared and never written through this cache; this cache
-  // holds only the later positions (rows p % capacity). Must be set while length() == 0 and
-  // sets length() to the prefix's. The prefix must have this cache's layout, dtype and
-  // window, hold every one of its positions (no ring wrap), and outlive this cache. null (the default) = one segment, as everywhere else.
-  void set_shared_prefix(const KvCache* prefix);
-  const KvCache* shared_prefix() const { return shared_prefix_; }
-  // Beam search (runtime/beam_search.h): make this tail a copy of `src`, another tail of the
-  // same shape over the same shared prefix, by copying only src's own rows (positions
-  // shared_prefix()->length() .. src.length() - 1) in every slot, and taking its length.
-  // Cheaper than clone(): no allocation, and the bytes copied grow with the generated
-  // tokens, not with the prompt.
-  void assign_tail_from(const KvCache& src);
+  // Paging. New blocks (fresh or copies of shared ones) that writing positions
+  // length() .. end - 1 in every slot needs.
+  int64_t blocks_needed(int64_t end) const;
+  // Makes those blocks present and writable now, so a forward up to `end` allocates nothing
+  // (throws KvPoolExhausted, keeping what it got, when the pool runs out).
+  void reserve(int64_t end);
+  // Blocks this cache references (shared ones included).
+  int64_t blocks_held() const;
+  // Drops every block and forgets every position (preemption: the sequence is recomputed).
+  void release_all();
+
+  // Blocks per slot a windowed cache holds at most at once (its private pool's size).
+  static int64_t window_blocks(int64_t window, int64_t rows);
+  // A cache holding the same positions, sharing every block (copy-on-write). Its new blocks
+  // come from `pool` (null: a private pool of its own).
+  std::unique_ptr<KvCache> clone(KvPoolPtr pool = nullptr) const;
+  // Bytes this cache keeps allocated: its private pool's arenas (what the model's memory
+  // report counts for it), or, in a pool it was given, the blocks it holds.
+  int64_t bytes() const;
+
+  // Shares the blocks of prefix's positions 0 .. prefix.length() - 1 (the prefix cache, the
+  // prefix pool, beam search's prompt): must be called while length() == 0 and sets
+  // length() to the prefix's. The prefix must have this cache's slot layout, block layout
+  // and window; it may be used and destroyed independently afterwards. The recurrence-shared
+  // layout is refused (a prefix's shared groups hold its last iteration, where a forward of
+  // the whole text sees each iteration's own K/V).
+  void share_prefix(const KvCache& prefix);
+  // Beam search: make this cache hold exactly src's positions by sharing src's blocks
+  // (dropping its own). Same shape required.
+  void assign_from(const KvCache& src);
 
   ops::KvView view(int64_t slot) const;
-  void* k_data(int64_t slot);
-  void* v_data(int64_t slot);
-  // I8: [capacity, n_kv_heads] float scales of a slot's K / V. H8 / H4: k_scale_data is
-  // [capacity, scales per h row]. nullptr otherwise.
-  float* k_scale_data(int64_t slot);
-  float* v_scale_data(int64_t slot);
   // Store-h (ops::is_store_h(dtype())): write h rows [T, dim] at positions pos[T] / read the
   // h row of position p back as float (out [dim]). The slot holds no K/V; the layer rebuilds
   // them (model/layer.cc).
   void write_h(int64_t slot, const float* h, const int64_t* pos, int64_t T);
   void read_h(int64_t slot, int64_t p, float* out) const;
-  int64_t dim() const { return dim_; }
+  int64_t dim() const { return block_.dim; }
   // Bytes one position takes in one slot (K + V, scales included).
-  int64_t bytes_per_position_per_slot() const;
-  int64_t n_kv_heads() const { return n_kv_heads_; }
-  int64_t head_dim() const { return head_dim_; }
+  int64_t bytes_per_position_per_slot() const { return block_.bytes_per_position(); }
+  int64_t n_kv_heads() const { return block_.n_kv_heads; }
+  int64_t head_dim() const { return block_.head_dim; }
   // First key position visible to a query at absolute position p.
   int64_t first_visible(int64_t p) const { return window_ > 0 && p - window_ + 1 > 0 ? p - window_ + 1 : 0; }
 
  private:
-  KvCache(const KvCache& other, MemoryTracker* tracker);  // deep copy, see clone()
+  struct Ref {
+    KvPool* pool = nullptr;  // kept alive by pool_ or held_
+    int32_t id = -1;         // -1: no block
+  };
+  // Block b of slot s present and held by this cache alone (allocated or copied).
+  void make_writable(int64_t s, int64_t b);
+  void drop(int64_t s, int64_t b);
+  void hold_pool(const KvPoolPtr& p);
+  // Blocks below this index are released (window); positions before first_kept() are gone.
+  int64_t first_kept() const { return released_ * block_.rows; }
   SlotLayout layout_;
-  int64_t capacity_, window_, n_kv_heads_, head_dim_, dim_;
+  int64_t capacity_, window_;
   int64_t extra_slots_ = 0;
-  ops::KvDType dtype_;
-  int64_t row_bytes_;    // one position's K (or V, or store-h h) in one slot, values only
-  int64_t areas_ = 2;    // 2: K and V; 1: store-h (h only)
-  int64_t row_scales_ = 0;  // float scales per row per area (I8: n_kv_heads; H8: 1; H4: groups)
-  int64_t scale_off_;    // offset of a slot's K scales from its start (I8; else unused)
-  int64_t slot_bytes_;   // K and V of one slot (+ I8 scales), a multiple of 16
-  int64_t bytes_;
-  int64_t length_ = 0;
-  // [slots][K | V | (I8: K scales | V scales)]: K, V [capacity][n_kv_heads * head_dim],
-  // scales [capacity][n_kv_heads] float.
-  HugeBytes data_;  // on 2 MiB pages when large (huge_pages.h: long-context decode streams it)
+  KvBlockLayout block_;
   MemoryTracker* tracker_;
-  TrackedBytes tracked_;
-  const KvCache* shared_prefix_ = nullptr;  // not owned; see set_shared_prefix
+  KvPoolPtr pool_;                   // new blocks come from here
+  bool private_pool_ = false;        // pool_ was made for this cache alone
+  std::vector<KvPoolPtr> held_;      // other pools whose blocks this cache shares
+  int64_t n_blocks_ = 0;             // table entries per slot: ceil(capacity / block_rows)
+  std::vector<Ref> refs_;            // [slots, n_blocks_]
+  std::vector<ops::KvBlock> table_;  // [slots, n_blocks_] the blocks' addresses (null: none)
+  int64_t length_ = 0;
+  int64_t released_ = 0;             // blocks 0 .. released_ - 1 of every slot dropped
 };
 
 }  // namespace tinyloop::model

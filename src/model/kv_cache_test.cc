@@ -1,5 +1,6 @@
-// KvCache storage modes: the recurrence-shared slot layout, INT8 slot layout (values +
-// scales), copy_row with scales and shared groups, and the shared-prefix refusals.
+// KvCache storage modes and paging: the recurrence-shared slot layout, INT8 blocks (values +
+// scales), copy_row with scales and shared groups, blocks on demand, the pool's budget and
+// reference counts, copy-on-write sharing, window release.
 #include "model/kv_cache.h"
 
 #include "ops/kv_quant.h"
@@ -45,7 +46,7 @@ TEST(SlotLayout, GroupsMapIterationsModuloB) {
 
 TEST(KvCache, BytesPerModeAndSharedGroups) {
   const ModelConfig c = small_config();
-  const int64_t cap = 7;
+  const int64_t cap = 64;
   KvCache f32(c, 4, cap, 0, ops::KvDType::F32, nullptr);
   KvCache f16(c, 4, cap, 0, ops::KvDType::F16, nullptr);
   KvCache i8(c, 4, cap, 0, ops::KvDType::I8, nullptr);
@@ -53,6 +54,7 @@ TEST(KvCache, BytesPerModeAndSharedGroups) {
   EXPECT_EQ(f32.bytes_per_position_per_slot(), 2 * 10 * 4);
   EXPECT_EQ(f16.bytes_per_position_per_slot(), 2 * 10 * 2);
   EXPECT_EQ(i8.bytes_per_position_per_slot(), 2 * 10 + 2 * 2 * 4);
+  for (KvCache* kv : {&f32, &f16, &i8, &b1}) kv->reserve(cap);  // blocks come on first use
   EXPECT_GE(i8.bytes(), i8.slot_count() * cap * i8.bytes_per_position_per_slot());
   EXPECT_LT(i8.bytes(), f16.bytes());
   EXPECT_EQ(b1.slot_count(), 4);
@@ -62,49 +64,156 @@ TEST(KvCache, BytesPerModeAndSharedGroups) {
 
 TEST(KvCache, Int8WriteViewAndCopyRowCarryScales) {
   const ModelConfig c = small_config();
-  KvCache kv(c, 3, 4, 0, ops::KvDType::I8, nullptr);
+  KvCache kv(c, 3, 8, 0, ops::KvDType::I8, nullptr, 0, 0, nullptr, 0, /*block_rows=*/4);
   std::vector<float> k(10), v(10);  // [n_kv_heads, head_dim] of one position
   for (int i = 0; i < 10; ++i) {
     k[size_t(i)] = float(i - 4) * (i < 5 ? 1.f : 100.f);  // different scales per kv head
     v[size_t(i)] = float(i) * 0.5f;
   }
-  const int64_t pos = 6;  // ring row 2
+  const int64_t pos = 6;  // block 1, row 2
   const int64_t src = kv.layout().loop(0, 1), dst = kv.layout().loop(2, 1);
   kv.write(src, k.data(), v.data(), &pos, 1);
-  const ops::KvView a = kv.view(src);
+  int64_t row = -1;
+  const ops::KvBlock a = kv.view(src).block_of(pos, &row);
+  EXPECT_EQ(row, 2);
   ASSERT_NE(a.k_scale, nullptr);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a.k_scale) % alignof(float), 0u);
   EXPECT_FLOAT_EQ(a.k_scale[2 * 2 + 0], 4.f / 127.f);
   EXPECT_FLOAT_EQ(a.k_scale[2 * 2 + 1], 500.f / 127.f);
   kv.copy_row(src, dst, pos);
-  const ops::KvView b = kv.view(dst);
+  const ops::KvBlock b = kv.view(dst).block_of(pos, &row);
   EXPECT_EQ(b.k_scale[4], a.k_scale[4]);
   EXPECT_EQ(b.v_scale[5], a.v_scale[5]);
   EXPECT_EQ(0, std::memcmp(static_cast<const int8_t*>(b.k) + 2 * 10,
                            static_cast<const int8_t*>(a.k) + 2 * 10, 10));
   kv.copy_row(src, src, pos);  // same slot (shared group): a no-op, not an overlapping copy
   auto clone = kv.clone();
-  EXPECT_EQ(clone->view(dst).v_scale[5], a.v_scale[5]);
+  EXPECT_EQ(clone->view(dst).block_of(pos, &row).v_scale[5], a.v_scale[5]);
 }
 
-TEST(KvCache, SharedPrefixRefusesInt8AndSharedGroups) {
+// Position p of a slot is row p % block_rows of its block p / block_rows; writes allocate
+// blocks on demand; positions past the capacity are refused.
+TEST(KvCache, BlocksAllocatedOnDemand) {
   const ModelConfig c = small_config();
-  KvCache pre8(c, 2, 4, 0, ops::KvDType::I8, nullptr), tail8(c, 2, 4, 0, ops::KvDType::I8, nullptr);
+  KvCache kv(c, 2, 10, 0, ops::KvDType::F32, nullptr, 0, 0, nullptr, 0, 4);
+  EXPECT_EQ(kv.blocks_held(), 0);
+  EXPECT_EQ(kv.blocks_needed(5), kv.slot_count() * 2);  // positions 0..4: blocks 0 and 1
+  kv.reserve(5);
+  EXPECT_EQ(kv.blocks_held(), kv.slot_count() * 2);
+  EXPECT_EQ(kv.blocks_needed(5), 0);
+  std::vector<float> k(10, 1.f), v(10, 2.f);
+  const int64_t p9 = 9, p10 = 10;
+  kv.write(0, k.data(), v.data(), &p9, 1);  // block 2 of slot 0 only
+  EXPECT_EQ(kv.blocks_held(), kv.slot_count() * 2 + 1);
+  EXPECT_THROW(kv.write(0, k.data(), v.data(), &p10, 1), std::logic_error);
+  EXPECT_THROW(kv.reserve(11), std::logic_error);
+  kv.release_all();
+  EXPECT_EQ(kv.blocks_held(), 0);
+  EXPECT_EQ(kv.pool()->used_blocks(), 0);
+}
+
+// A budgeted pool hands out at most its blocks, reuses freed ones, and says what ran out.
+TEST(KvPool, BudgetRefcountsAndReuse) {
+  const ModelConfig c = small_config();
+  const KvBlockLayout layout(c, ops::KvDType::F16, 8);
+  EXPECT_EQ(layout.bytes % 64, 0);
+  EXPECT_GE(layout.bytes, 2 * 8 * 10 * 2);
+  auto pool = std::make_shared<KvPool>(layout, 3, 3, nullptr);
+  EXPECT_EQ(pool->arena_bytes(), 3 * layout.bytes);
+  const int32_t a = pool->allocate(), b = pool->allocate(), d = pool->allocate();
+  EXPECT_FALSE(pool->can_allocate(1));
   EXPECT_THROW(
       {
         try {
-          tail8.set_shared_prefix(&pre8);
-        } catch (const std::invalid_argument& e) {
-          EXPECT_NE(std::string(e.what()).find("int8"), std::string::npos);
+          pool->allocate();
+        } catch (const KvPoolExhausted& e) {
+          EXPECT_NE(std::string(e.what()).find("exhausted"), std::string::npos);
           throw;
         }
       },
-      std::invalid_argument);
-  KvCache pre(c, 4, 4, 0, ops::KvDType::F16, nullptr, 0, 1);
-  KvCache tail(c, 4, 4, 0, ops::KvDType::F16, nullptr, 0, 1);
-  EXPECT_THROW(tail.set_shared_prefix(&pre), std::invalid_argument);
+      KvPoolExhausted);
+  pool->retain(a);
+  EXPECT_TRUE(pool->shared(a));
+  pool->release(a);
+  EXPECT_FALSE(pool->shared(a));
+  pool->release(b);
+  EXPECT_EQ(pool->free_blocks(), 1);
+  EXPECT_EQ(pool->allocate(), b);  // the freed block comes back
+  EXPECT_THROW(pool->release(-1), std::out_of_range);
+  pool->release(a), pool->release(b), pool->release(d);
+  EXPECT_THROW(pool->release(d), std::logic_error);  // already free
+  EXPECT_EQ(pool->used_blocks(), 0);
+  // An unbounded pool grows, and its blocks never move.
+  auto grow = std::make_shared<KvPool>(layout, 0, 1, nullptr);
+  const int32_t first = grow->allocate();
+  uint8_t* addr = grow->data(first);
+  for (int i = 0; i < 40; ++i) grow->allocate();
+  EXPECT_EQ(grow->data(first), addr);
+  EXPECT_EQ(grow->used_blocks(), 41);
 }
 
+// Copy-on-write: a cache sharing another's blocks (a prefix, a clone) reads them in place
+// and copies a block only when it writes into it; the owner never sees the write.
+TEST(KvCache, SharedBlocksCopyOnWrite) {
+  const ModelConfig c = small_config();
+  for (auto dt : {ops::KvDType::F32, ops::KvDType::I8}) {
+    KvCache pre(c, 2, 6, 0, dt, nullptr, 0, 0, nullptr, 0, 4);
+    std::vector<float> k(60), v(60);  // [6 positions, 10]
+    for (int i = 0; i < 60; ++i) k[size_t(i)] = float(i % 13) - 6.f, v[size_t(i)] = float(i % 7);
+    std::vector<int64_t> pos = {0, 1, 2, 3, 4, 5};
+    for (int64_t s = 0; s < pre.slot_count(); ++s) pre.write(s, k.data(), v.data(), pos.data(), 6);
+    pre.advance(6);
+    const int64_t held = pre.blocks_held();
+    KvCache tail(c, 2, 12, 0, dt, nullptr, 0, 0, nullptr, 6, 4);
+    tail.share_prefix(pre);
+    EXPECT_EQ(tail.length(), 6);
+    EXPECT_EQ(tail.blocks_held(), held);  // nothing copied yet
+    EXPECT_EQ(tail.blocks_needed(8), tail.slot_count());  // the shared partial block 1 only
+    int64_t r0, r1;
+    EXPECT_EQ(tail.view(0).block_of(0, &r0).k, pre.view(0).block_of(0, &r1).k);  // same memory
+    // Overwrite position 5 in the tail: pre keeps its bytes, the tail has a copy of block 1
+    // with position 4 intact.
+    std::vector<float> z(10, 99.f);
+    const int64_t p5 = 5;
+    tail.write(0, z.data(), z.data(), &p5, 1);
+    EXPECT_NE(tail.view(0).block_of(5, &r0).k, pre.view(0).block_of(5, &r1).k);
+    const int64_t rowb = dt == ops::KvDType::F32 ? 40 : 10;
+    auto bytes_at = [&](const KvCache& kv, int64_t p) {
+      int64_t r;
+      const auto* b = static_cast<const uint8_t*>(kv.view(0).block_of(p, &r).k);
+      return std::vector<uint8_t>(b + r * rowb, b + (r + 1) * rowb);
+    };
+    EXPECT_EQ(bytes_at(tail, 4), bytes_at(pre, 4));
+    EXPECT_NE(bytes_at(tail, 5), bytes_at(pre, 5));
+    // The prefix can go first: the tail keeps the blocks it shares alive.
+    auto fork = tail.clone();
+    tail.release_all();
+    EXPECT_EQ(bytes_at(*fork, 4), bytes_at(pre, 4));
+  }
+  // The recurrence-shared layout cannot share a prefix (it would differ from generate()).
+  KvCache pre(c, 4, 4, 0, ops::KvDType::F16, nullptr, 0, 1);
+  KvCache tail(c, 4, 4, 0, ops::KvDType::F16, nullptr, 0, 1);
+  EXPECT_THROW(tail.share_prefix(pre), std::invalid_argument);
+}
+
+// A windowed cache releases blocks no later query can see: what it holds stays bounded
+// however long the sequence grows.
+TEST(KvCache, WindowReleasesOldBlocks) {
+  const ModelConfig c = small_config();
+  const int64_t W = 8, B = 4;
+  KvCache kv(c, 1, 1000, W, ops::KvDType::F16, nullptr, 0, 0, nullptr, 0, B);
+  std::vector<float> k(10, 0.5f);
+  int64_t most = 0;
+  for (int64_t p = 0; p < 1000; ++p) {
+    for (int64_t s = 0; s < kv.slot_count(); ++s) kv.write(s, k.data(), k.data(), &p, 1);
+    kv.advance(1);
+    most = std::max(most, kv.blocks_held());
+  }
+  const int64_t per_slot = (W + KvCache::kWindowSlack) / B + 2;
+  EXPECT_LE(most, kv.slot_count() * per_slot);
+  EXPECT_THROW(kv.truncate(100), std::logic_error);  // released long ago
+  kv.truncate(990);                                   // within the slack: fine
+}
 
 // Store-h rows: every precision round-trips within half a quantization step on odd lengths
 // (the last int4 group shorter), int4 packs two values per byte low nibble first.
@@ -147,10 +256,9 @@ TEST(KvCache, StoreHKeepsHRowsOnly) {
   EXPECT_EQ(h4.bytes_per_position_per_slot(), 20 + 2 * 4);  // 40 nibbles + 2 group scales
   KvCache h16(c, 2, 6, 0, ops::KvDType::H16, nullptr);
   EXPECT_EQ(h16.bytes_per_position_per_slot(), 80);
-  EXPECT_EQ(h16.v_data(0), nullptr);
   std::vector<float> x(40), back(40);
   for (int i = 0; i < 40; ++i) x[size_t(i)] = 0.25f * float(i - 20);  // max abs 5
-  KvCache h8(c, 2, 6, 0, ops::KvDType::H8, nullptr);
+  KvCache h8(c, 2, 10, 0, ops::KvDType::H8, nullptr, 0, 0, nullptr, 0, 4);
   const int64_t pos = 9, src = h8.layout().loop(0, 0), dst = h8.layout().loop(1, 0);
   h8.write_h(src, x.data(), &pos, 1);
   h8.read_h(src, pos, back.data());
@@ -161,8 +269,12 @@ TEST(KvCache, StoreHKeepsHRowsOnly) {
   EXPECT_EQ(copied, back);
   std::vector<float> kv_rows(10);
   EXPECT_THROW(h8.write(src, kv_rows.data(), kv_rows.data(), &pos, 1), std::invalid_argument);
-  KvCache pre(c, 2, 6, 0, ops::KvDType::H16, nullptr), tail(c, 2, 6, 0, ops::KvDType::H16, nullptr);
-  EXPECT_THROW(tail.set_shared_prefix(&pre), std::invalid_argument);
+  // Store-h slots share prefix blocks like any other mode.
+  KvCache tail(c, 2, 12, 0, ops::KvDType::H8, nullptr, 0, 0, nullptr, 0, 4);
+  h8.advance(10);
+  tail.share_prefix(h8);
+  tail.read_h(dst, pos, copied.data());
+  EXPECT_EQ(copied, back);
 }
 
 // Large buffers land 2 MiB aligned (so THP can back them with huge pages), small ones

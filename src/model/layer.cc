@@ -5,7 +5,6 @@
 #include <stdexcept>
 #include <vector>
 
-#include "ops/attention_segments.h"
 
 namespace tinyloop::model {
 namespace {
@@ -49,17 +48,15 @@ void rope_rows(const ModelConfig& c, float* x, int64_t T, int64_t n_heads, const
 // layer's own projection (+ bias, RoPE at each key's position) and attended as a float32
 // slot. The new tokens' K/V are rebuilt from their stored rows too, so a row's K/V never
 // depend on which forward wrote it (cached == uncached, bit for bit).
-//   q [T, n_heads * head_dim] (roped), out [T, n_heads * head_dim]
+//   x [T, D] normed input, q [T, n_heads * head_dim] (roped), out [T, n_heads * head_dim]
 void attend_store_h(const ModelConfig& c, const LayerWeights& L, int64_t slot, const float* x,
-                    const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws) {
-  if (ws.router)
-    throw std::invalid_argument(
-        "store-h kv_mode (h_fp16, h_int8, h_int4) does not support speculative decoding yet");
+                    const float* q, const int64_t* pos, int64_t T, KvCache& kv, int64_t* k_lo,
+                    float* out) {
   kv.write_h(slot, x, pos, T);
   int64_t lo = pos[0], hi = pos[0];
   for (int64_t t = 0; t < T; ++t) {
-    ws.k_lo[t] = kv.first_visible(pos[t]);
-    lo = std::min(lo, ws.k_lo[t]);
+    k_lo[t] = kv.first_visible(pos[t]);
+    lo = std::min(lo, k_lo[t]);
     hi = std::max(hi, pos[t]);
   }
   // The rebuilt rows form a float32 slot of capacity n: position p in row p % n (a
@@ -91,27 +88,43 @@ void attend_store_h(const ModelConfig& c, const LayerWeights& L, int64_t slot, c
   view.capacity = n;
   view.n_kv_heads = c.n_kv_heads;
   view.head_dim = c.head_dim;
-  ops::attention(ws.q.data(), T, c.n_heads, view, pos, ws.k_lo.data(), ws.attn.data());
+  ops::attention(q, T, c.n_heads, view, pos, k_lo, out);
 }
 
 // ws.proj[T, D] = attention sublayer output (before the residual) of normed input x.
-void attention_sublayer(const ModelConfig& c, const LayerWeights& L, int64_t slot,
-                        const float* x, const int64_t* pos, int64_t T, KvCache& kv,
-                        Workspace& ws) {
+void attention_sublayer(const ModelConfig& c, const LayerWeights& L, const LayerApp& app,
+                        const float* x, const RowBatch& b, Workspace& ws) {
+  const int64_t T = b.T, qw = q_width(c), kw = kv_width(c);
   project_qkv(c, L, x, T, ws);
-  rope_rows(c, ws.q.data(), T, c.n_heads, pos);
-  if (ops::is_store_h(kv.dtype())) {
-    attend_store_h(c, L, slot, x, pos, T, kv, ws);
-    linear(L.wo, ws.attn.data(), T, ws.proj.data());
-    return;
+  rope_rows(c, ws.q.data(), T, c.n_heads, b.pos);
+  if (ws.router) {
+    if (b.groups.size() != 1) throw std::logic_error("an attention router serves one sequence");
+    KvCache& kv = b.only();
+    if (ops::is_store_h(kv.dtype()))
+      throw std::invalid_argument(
+          "store-h kv_mode (h_fp16, h_int8, h_int4) does not support speculative decoding yet");
+    rope_rows(c, ws.k.data(), T, c.n_kv_heads, b.pos);
+    ws.router->attend(c, kv.layout().of(app), ws.q.data(), ws.k.data(), ws.v.data(), b.pos, T,
+                      kv, ws.k_lo.data(), ws.attn.data());
+  } else if (ops::is_store_h(b.groups.front().kv->dtype())) {
+    for (const RowGroup& g : b.groups)
+      attend_store_h(c, L, g.kv->layout().of(app), x + g.begin * c.dim, ws.q.data() + g.begin * qw,
+                     b.pos + g.begin, g.rows, *g.kv, ws.k_lo.data() + g.begin,
+                     ws.attn.data() + g.begin * qw);
+  } else {
+    rope_rows(c, ws.k.data(), T, c.n_kv_heads, b.pos);
+    // Each sequence's rows into its own slot, then one attention call over every sequence.
+    std::vector<ops::KvRowGroup> views(b.groups.size());
+    for (size_t i = 0; i < b.groups.size(); ++i) {
+      const RowGroup& g = b.groups[i];
+      const int64_t slot = g.kv->layout().of(app);
+      g.kv->write(slot, ws.k.data() + g.begin * kw, ws.v.data() + g.begin * kw, b.pos + g.begin, g.rows);
+      for (int64_t t = g.begin; t < g.begin + g.rows; ++t) ws.k_lo[t] = g.kv->first_visible(b.pos[t]);
+      views[i] = {g.kv->view(slot), g.begin, g.rows};
+    }
+    ops::attention_batch(ws.q.data(), T, c.n_heads, views.data(), int64_t(views.size()), b.pos,
+                         ws.k_lo.data(), ws.attn.data());
   }
-  rope_rows(c, ws.k.data(), T, c.n_kv_heads, pos);
-  if (ws.router)
-    ws.router->attend(c, slot, ws.q.data(), ws.k.data(), ws.v.data(), pos, T, kv,
-                      ws.k_lo.data(), ws.attn.data());
-  else
-    attend_causal(c, slot, ws.q.data(), ws.k.data(), ws.v.data(), pos, T, kv, ws.k_lo.data(),
-                  ws.attn.data());
   linear(L.wo, ws.attn.data(), T, ws.proj.data());
 }
 
@@ -175,17 +188,16 @@ int64_t Workspace::bytes() const {
   return n + static_cast<int64_t>(k_lo.capacity() * sizeof(int64_t));
 }
 
+KvCache& RowBatch::only() const {
+  if (groups.empty()) throw std::logic_error("a forward with no rows");
+  return *groups.front().kv;
+}
+
 void attend_causal(const ModelConfig& c, int64_t slot, const float* q, const float* k,
                    const float* v, const int64_t* pos, int64_t T, KvCache& kv, int64_t* k_lo,
                    float* out) {
   kv.write(slot, k, v, pos, T);
   for (int64_t t = 0; t < T; ++t) k_lo[t] = kv.first_visible(pos[t]);
-  if (const KvCache* prefix = kv.shared_prefix()) {
-    // Prefix-cache tail: earlier positions are read in place from the shared prefix.
-    ops::attention_segments(q, T, c.n_heads, prefix->view(slot), prefix->length(), kv.view(slot),
-                            pos, k_lo, out);
-    return;
-  }
   ops::attention(q, T, c.n_heads, kv.view(slot), pos, k_lo, out);
 }
 
@@ -197,10 +209,11 @@ void apply_norm(const ModelConfig& c, const NormWeights& n, const float* x, int6
     ops::layernorm(x, T, c.dim, n.w, n.b, eps, y);
 }
 
-void run_layer(const ModelConfig& c, const LayerWeights& L, int64_t slot, float* h,
-               const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws) {
+void run_layer(const ModelConfig& c, const LayerWeights& L, const LayerApp& app, float* h,
+               const RowBatch& rows, Workspace& ws) {
+  const int64_t T = rows.T;
   apply_norm(c, L.attn_norm, h, T, ws.normed.data());
-  attention_sublayer(c, L, slot, ws.normed.data(), pos, T, kv, ws);
+  attention_sublayer(c, L, app, ws.normed.data(), rows, ws);
   residual(c, L.attn_post_norm, h, T, ws);
   apply_norm(c, L.mlp_norm, h, T, ws.normed.data());
   mlp_sublayer(c, L, ws.normed.data(), T, ws);

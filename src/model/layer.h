@@ -1,5 +1,8 @@
-// One transformer layer application (attention + MLP sublayers) over T new tokens, writing
-// its K/V into one slot of the sequence's cache. Used for pre, loop and post layers alike.
+// One transformer layer application (attention + MLP sublayers) over T new rows, writing
+// their K/V into each row's sequence cache. Used for pre, loop and post layers alike. The
+// rows may come from many sequences (the serving engine's batched forward): every matmul
+// runs once over all rows (the weights are read once per step), attention runs per
+// sequence against its own cache, and a row's numbers never depend on its batch-mates.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -31,6 +34,22 @@ void attend_causal(const ModelConfig& c, int64_t slot, const float* q, const flo
                    const float* v, const int64_t* pos, int64_t T, KvCache& kv, int64_t* k_lo,
                    float* out);
 
+// The rows of one forward call grouped by sequence: rows [begin, begin + rows) of every
+// [T, *] buffer belong to the sequence whose cache is kv, at absolute positions pos[begin ..].
+struct RowGroup {
+  KvCache* kv = nullptr;
+  int64_t begin = 0, rows = 0;
+};
+struct RowBatch {
+  const int64_t* pos = nullptr;  // [T] absolute positions
+  int64_t T = 0;
+  std::vector<RowGroup> groups;  // cover rows 0 .. T-1 in order, without gaps
+  // T rows of one sequence.
+  static RowBatch one(KvCache& kv, const int64_t* pos, int64_t T) { return {pos, T, {{&kv, 0, T}}}; }
+  // The first group's cache (single-sequence callers, routers).
+  KvCache& only() const;
+};
+
 // Scratch buffers of one forward call, sized for T rows (grown on demand, never shrunk).
 struct Workspace {
   std::vector<float> normed;   // [T, D]
@@ -52,8 +71,9 @@ struct Workspace {
 // y[T, D] = norm(x) with the config's norm type; y may alias x.
 void apply_norm(const ModelConfig& c, const NormWeights& n, const float* x, int64_t T, float* y);
 
-// h[T, D] <- layer(h) for tokens at absolute positions pos[T]; K/V go to `slot` of kv.
-void run_layer(const ModelConfig& c, const LayerWeights& L, int64_t slot, float* h,
-               const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws);
+// h[T, D] <- layer(h) for the rows of `rows`; each group's K/V go to the slot its cache
+// assigns to application `app`. A router (ws.router) takes single-sequence batches only.
+void run_layer(const ModelConfig& c, const LayerWeights& L, const LayerApp& app, float* h,
+               const RowBatch& rows, Workspace& ws);
 
 }  // namespace tinyloop::model

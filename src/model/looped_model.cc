@@ -22,9 +22,9 @@ LoopedModel::LoopedModel(std::shared_ptr<const ModelFile> file, bool act_q8, boo
   }
 }
 
-void LoopedModel::prelude(const int32_t* tokens, const int64_t* pos, int64_t T, KvCache& kv,
-                          Workspace& ws, float* x, float* trace) const {
-  const int64_t D = cfg_.dim;
+void LoopedModel::prelude(const int32_t* tokens, const RowBatch& b, Workspace& ws, float* x,
+                          float* trace) const {
+  const int64_t D = cfg_.dim, T = b.T;
   const float scale = static_cast<float>(cfg_.embed_scale);
   std::vector<float> row(cfg_.pos_encoding == PosEncoding::Learned ? D : 0);  // [D]
   for (int64_t t = 0; t < T; ++t) {
@@ -32,17 +32,17 @@ void LoopedModel::prelude(const int32_t* tokens, const int64_t* pos, int64_t T, 
     ops::weight_row_to_f32(w_.embed, tokens[t], xt);
     for (int64_t i = 0; i < D; ++i) xt[i] *= scale;
     if (cfg_.pos_encoding == PosEncoding::Learned) {
-      if (pos[t] >= w_.pos_emb.rows)
-        throw std::out_of_range("position " + std::to_string(pos[t]) +
+      if (b.pos[t] >= w_.pos_emb.rows)
+        throw std::out_of_range("position " + std::to_string(b.pos[t]) +
                                 " beyond the learned position table (" +
                                 std::to_string(w_.pos_emb.rows) + " rows)");
-      ops::weight_row_to_f32(w_.pos_emb, pos[t], row.data());
+      ops::weight_row_to_f32(w_.pos_emb, b.pos[t], row.data());
       ops::add(xt, row.data(), D, xt);
     }
   }
   if (trace) std::memcpy(trace, x, sizeof(float) * T * D);
   for (int64_t i = 0; i < cfg_.n_pre_blocks; ++i) {
-    run_layer(cfg_, w_.pre[i], kv.layout().pre(i), x, pos, T, kv, ws);
+    run_layer(cfg_, w_.pre[i], LayerApp::pre(i), x, b, ws);
     if (trace) std::memcpy(trace + (i + 1) * T * D, x, sizeof(float) * T * D);
   }
 }
@@ -62,9 +62,9 @@ void LoopedModel::initial_state(const float* x, const int64_t* pos, int64_t T, f
   }
 }
 
-void LoopedModel::iteration(int64_t i, float* s, const float* x, const int64_t* pos, int64_t T,
-                            KvCache& kv, Workspace& ws) const {
-  const int64_t D = cfg_.dim;
+void LoopedModel::iteration(int64_t i, float* s, const float* x, const RowBatch& b,
+                            Workspace& ws) const {
+  const int64_t D = cfg_.dim, T = b.T;
   switch (cfg_.inject) {
     case Inject::None:
       break;
@@ -82,41 +82,35 @@ void LoopedModel::iteration(int64_t i, float* s, const float* x, const int64_t* 
     }
   }
   for (int64_t j = 0; j < cfg_.n_loop_layers; ++j)
-    run_layer(cfg_, w_.loop[j], kv.layout().loop(i, j), s, pos, T, kv, ws);
+    run_layer(cfg_, w_.loop[j], LayerApp::loop(i, j), s, b, ws);
   if (cfg_.loop_norm) apply_norm(cfg_, w_.loop_norm, s, T, s);
+}
+
+void LoopedModel::readout(float* s, const RowBatch& b, Workspace& ws, const int64_t* out_rows,
+                          int64_t n_out, float* logits) const {
+  const int64_t D = cfg_.dim, T = b.T;
+  if (cfg_.post_loop_norm != PostLoopNorm::None) apply_norm(cfg_, w_.post_loop_norm, s, T, s);
+  for (int64_t k = 0; k < cfg_.n_post_blocks; ++k) run_layer(cfg_, w_.post[k], LayerApp::post(k), s, b, ws);
+  if (n_out <= 0) return;
+  float* normed = ws.normed.data();  // [n_out, D] the rows that get logits
+  for (int64_t r = 0; r < n_out; ++r) std::memcpy(normed + r * D, s + out_rows[r] * D, sizeof(float) * D);
+  if (cfg_.final_norm) apply_norm(cfg_, w_.final_norm, normed, n_out, normed);
+  ops::matmul(normed, n_out, w_.head, nullptr, logits);
 }
 
 void LoopedModel::readout(float* s, const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws,
                           LogitRows rows, float* logits) const {
-  const int64_t D = cfg_.dim;
-  if (cfg_.post_loop_norm != PostLoopNorm::None) apply_norm(cfg_, w_.post_loop_norm, s, T, s);
-  for (int64_t k = 0; k < cfg_.n_post_blocks; ++k)
-    run_layer(cfg_, w_.post[k], kv.layout().post(k), s, pos, T, kv, ws);
-  const float* y = s;
-  int64_t n = T;
-  if (rows == LogitRows::Last) {
-    y = s + (T - 1) * D;
-    n = 1;
-  }
-  float* normed = ws.normed.data();  // [n, D]
-  if (cfg_.final_norm)
-    apply_norm(cfg_, w_.final_norm, y, n, normed);
-  else
-    std::memcpy(normed, y, sizeof(float) * n * D);
-  ops::matmul(normed, n, w_.head, nullptr, logits);
+  std::vector<int64_t> out(rows == LogitRows::All ? T : 1);  // [rows] which rows get logits
+  for (size_t r = 0; r < out.size(); ++r) out[r] = rows == LogitRows::All ? int64_t(r) : T - 1;
+  readout(s, RowBatch::one(kv, pos, T), ws, out.data(), int64_t(out.size()), logits);
 }
 
 int64_t LoopedModel::max_chunk(const KvCache& kv, int64_t T) const {
-  // A prefix-cache tail holds only positions >= its shared prefix's length.
-  const int64_t first = kv.shared_prefix() ? kv.shared_prefix()->length() : 0;
   const int64_t end = kv.length() + T;
-  if (end - first <= kv.capacity()) return T;  // nothing wraps
-  // A chunk of n tokens writes n rows; the first query still needs window - 1 older rows.
-  const int64_t room = kv.capacity() - kv.window() + 1;
-  if (kv.window() <= 0 || room < 1)
+  if (end > kv.capacity())
     throw std::logic_error("KV cache of capacity " + std::to_string(kv.capacity()) +
                            " cannot hold position " + std::to_string(end - 1));
-  return std::min(T, room);
+  return kv.window() > 0 ? std::min(T, KvCache::kWindowSlack) : T;
 }
 
 void LoopedModel::forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRows rows,
@@ -147,8 +141,7 @@ void LoopedModel::forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRo
       readout(s.data(), pos.data(), n, kv, ws, LogitRows::Last, logits.data());
     } else {
       // Earlier chunks still need their post-block K/V; their logits are not wanted.
-      std::vector<float> unused(V);
-      readout(s.data(), pos.data(), n, kv, ws, LogitRows::Last, unused.data());
+      readout(s.data(), RowBatch::one(kv, pos.data(), n), ws, nullptr, 0, nullptr);
     }
     kv.advance(n);
     done += n;

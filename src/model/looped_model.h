@@ -40,19 +40,37 @@ class LoopedModel {
   // with AVX512-VNNI).
   int64_t q8_packed_bytes() const { return q8_copies_.bytes; }
 
+  // The four steps over a batch of rows (model/layer.h RowBatch): rows of many sequences at
+  // their own positions, each group writing its own cache. Row t's numbers never depend on
+  // the other rows (batch-invariant kernels), so a row computed in any batch is bit-identical
+  // to the same row computed alone.
+  //
   // x[T, D] = pre_blocks(embed[tokens] * embed_scale (+ pos_emb[pos])). Writes pre slots.
   // trace (optional, for score_trajectory): [1 + n_pre_blocks, T, D] receives the embedding,
   // then the output of each pre layer.
-  void prelude(const int32_t* tokens, const int64_t* pos, int64_t T, KvCache& kv,
-               Workspace& ws, float* x, float* trace = nullptr) const;
+  void prelude(const int32_t* tokens, const RowBatch& b, Workspace& ws, float* x,
+               float* trace = nullptr) const;
   // s[T, D] = the loop's initial state for inputs x[T, D] at positions pos[T].
   void initial_state(const float* x, const int64_t* pos, int64_t T, float* s) const;
   // s[T, D] <- iteration `i` (0-based) of the loop: inject x, loop layers, loop norm.
-  // Writes the slots of iteration i.
+  // Writes each group's slots of iteration i.
+  void iteration(int64_t i, float* s, const float* x, const RowBatch& b, Workspace& ws) const;
+  // From the loop state s[T, D] (clobbered): post-loop norm, post blocks (writing the post
+  // slots of every row), then final norm and head for rows out_rows[n_out] only:
+  // logits[n_out, V].
+  void readout(float* s, const RowBatch& b, Workspace& ws, const int64_t* out_rows,
+               int64_t n_out, float* logits) const;
+
+  // The same steps for T rows of one sequence (positions pos[T] of kv).
+  void prelude(const int32_t* tokens, const int64_t* pos, int64_t T, KvCache& kv,
+               Workspace& ws, float* x, float* trace = nullptr) const {
+    prelude(tokens, RowBatch::one(kv, pos, T), ws, x, trace);
+  }
   void iteration(int64_t i, float* s, const float* x, const int64_t* pos, int64_t T,
-                 KvCache& kv, Workspace& ws) const;
-  // logits[rows, V] from the loop state s[T, D] (s is clobbered): post-loop norm, post
-  // blocks (writing the post slots), final norm, head. rows = 1 (Last) or T (All).
+                 KvCache& kv, Workspace& ws) const {
+    iteration(i, s, x, RowBatch::one(kv, pos, T), ws);
+  }
+  // logits[rows, V], rows = 1 (Last) or T (All).
   void readout(float* s, const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws,
                LogitRows rows, float* logits) const;
 
@@ -63,8 +81,9 @@ class LoopedModel {
   void forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRows rows,
                std::vector<float>& logits, int64_t loops = 0) const;
 
-  // The largest T one forward step may take on kv without overwriting keys its own
-  // queries still need (the whole input when kv is not a ring).
+  // The largest T one forward step takes on kv: the whole input, or with a window
+  // KvCache::kWindowSlack rows, so a windowed cache never holds much more than its window.
+  // Throws std::logic_error when positions up to kv.length() + T exceed kv.capacity().
   int64_t max_chunk(const KvCache& kv, int64_t T) const;
 
  private:

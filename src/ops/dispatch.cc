@@ -87,14 +87,26 @@ void add(const float* a, const float* b, int64_t n, float* y) {
   cpu::add(a, b, n, y);
 }
 
+void kv_write(const KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos,
+              int64_t T) {
+  // I8: one quantizer for both paths (ops/kv_quant.h), so the stored bytes never differ.
+  if (scalar() || dst.dtype == KvDType::I8) return ref::kv_write(dst, k_rows, v_rows, pos, T);
+  cpu::kv_write(dst, k_rows, v_rows, pos, T);
+}
+
 void kv_write(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
               int64_t head_dim, const float* k_rows, const float* v_rows, const int64_t* pos,
               int64_t T, float* k_scale, float* v_scale) {
-  // I8: one quantizer for both paths (ops/kv_quant.h), so the stored bytes never differ.
-  if (scalar() || dtype == KvDType::I8)
-    return ref::kv_write(dtype, k, v, capacity, n_kv_heads, head_dim, k_rows, v_rows, pos, T,
-                         k_scale, v_scale);
-  cpu::kv_write(dtype, k, v, capacity, n_kv_heads, head_dim, k_rows, v_rows, pos, T);
+  KvView dst;
+  dst.dtype = dtype;
+  dst.k = k;
+  dst.v = v;
+  dst.capacity = capacity;
+  dst.n_kv_heads = n_kv_heads;
+  dst.head_dim = head_dim;
+  dst.k_scale = k_scale;
+  dst.v_scale = v_scale;
+  kv_write(dst, k_rows, v_rows, pos, T);
 }
 
 void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
@@ -102,6 +114,15 @@ void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
   if (is_store_h(kv.dtype)) throw std::logic_error("attention on a store-h slot: rebuild K/V first");
   if (scalar()) return ref::attention(q, T, n_heads, kv, q_pos, k_lo, out);
   cpu::attention(q, T, n_heads, kv, q_pos, k_lo, out);
+}
+
+void attention_batch(const float* q, int64_t T, int64_t n_heads, const KvRowGroup* groups,
+                     int64_t n_groups, const int64_t* q_pos, const int64_t* k_lo, float* out) {
+  for (int64_t i = 0; i < n_groups; ++i)
+    if (is_store_h(groups[i].kv.dtype))
+      throw std::logic_error("attention on a store-h slot: rebuild K/V first");
+  if (scalar()) return ref::attention_batch(q, T, n_heads, groups, n_groups, q_pos, k_lo, out);
+  cpu::attention_batch(q, T, n_heads, groups, n_groups, q_pos, k_lo, out);
 }
 
 }  // namespace tinyloop::ops

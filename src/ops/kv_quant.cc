@@ -1,7 +1,5 @@
-// INT8 KV rows: the quantizer (shared by the scalar and SIMD paths) and the scalar reference
-// attention over an I8 slot, which is the one reference loop (ops/attention_segments.cc)
-// with its I8 row loader: the int8 values are widened and scaled inside the dot products,
-// never dequantized into a buffer.
+// INT8 KV rows: the quantizer, shared by the scalar and SIMD paths (the reference attention
+// over I8 slots is the one loop of ops/attention.cc with its I8 row loader).
 #include "ops/kv_quant.h"
 
 #include <algorithm>
@@ -9,7 +7,6 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "ops/attention_segments.h"
 
 namespace tinyloop::ops {
 
@@ -29,33 +26,25 @@ float quantize_row_i8(const float* x, int64_t n, int8_t* q) {
   return amax / 127.f;
 }
 
-void kv_write_i8(int8_t* k, int8_t* v, float* k_scale, float* v_scale, int64_t capacity,
-                 int64_t n_kv_heads, int64_t head_dim, const float* k_rows, const float* v_rows,
-                 const int64_t* pos, int64_t T) {
-  if (!k_scale || !v_scale) throw std::logic_error("kv_write: an int8 KV slot needs its scales");
-  const int64_t row = n_kv_heads * head_dim;  // elements per position
+void kv_write_i8(const KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos,
+                 int64_t T) {
+  const int64_t n_kv = dst.n_kv_heads, hd = dst.head_dim;
+  const int64_t row = n_kv * hd;  // elements per position
   for (int64_t t = 0; t < T; ++t) {
     assert(pos[t] >= 0);
-    const int64_t r = pos[t] % capacity;
-    for (int64_t g = 0; g < n_kv_heads; ++g) {
-      const int64_t src = t * row + g * head_dim, dst = r * row + g * head_dim;
-      k_scale[r * n_kv_heads + g] = quantize_row_i8(k_rows + src, head_dim, k + dst);
-      v_scale[r * n_kv_heads + g] = quantize_row_i8(v_rows + src, head_dim, v + dst);
+    int64_t r;
+    const KvBlock b = dst.block_of(pos[t] % dst.capacity, &r);
+    if (!b.k_scale || !b.v_scale) throw std::logic_error("kv_write: an int8 KV slot needs its scales");
+    auto* k = static_cast<int8_t*>(b.k);
+    auto* v = static_cast<int8_t*>(b.v);
+    for (int64_t g = 0; g < n_kv; ++g) {
+      const int64_t src = t * row + g * hd, dst_off = r * row + g * hd;
+      b.k_scale[r * n_kv + g] = quantize_row_i8(k_rows + src, hd, k + dst_off);
+      b.v_scale[r * n_kv + g] = quantize_row_i8(v_rows + src, hd, v + dst_off);
     }
   }
 }
 
-namespace ref {
-
-// q [T, n_heads, head_dim], q_pos [T], k_lo [T], out [T, n_heads, head_dim]. The reference
-// loop of ops/attention_segments.cc with split 0; its I8 row loader widens and scales.
-void attention_i8(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
-                  const int64_t* q_pos, const int64_t* k_lo, float* out) {
-  assert(kv.dtype == KvDType::I8 && kv.k_scale && kv.v_scale);
-  ref::attention_segments(q, T, n_heads, kv, 0, kv, q_pos, k_lo, out);
-}
-
-}  // namespace ref
 }  // namespace tinyloop::ops
 
 // ---- store-h rows -----------------------------------------------------------------------

@@ -82,24 +82,60 @@ void add(const float* a, const float* b, int64_t n, float* y);
 enum class KvDType { F32, F16, I8, H16, H8, H4 };
 inline bool is_store_h(KvDType t) { return t == KvDType::H16 || t == KvDType::H8 || t == KvDType::H4; }
 
-// One KV slot's keys and values: `capacity` rows of [n_kv_heads, head_dim]. The key of
-// absolute position p lives in row p % capacity (a ring when capacity < sequence length).
+// Where one run of KV rows lives: K and V values [rows, n_kv_heads, head_dim] in the slot's
+// dtype, and (I8 only) their scales [rows, n_kv_heads]. Store-h slots keep h rows in `k`
+// ([rows, h_row_bytes]) and their scales in `k_scale`.
+struct KvBlock {
+  void* k = nullptr;
+  void* v = nullptr;
+  float* k_scale = nullptr;
+  float* v_scale = nullptr;
+};
+
+// One KV slot's keys and values. The key of absolute position p lives in ring row
+// r = p % capacity (a ring when capacity < sequence length).
+//   Contiguous (blocks == nullptr): rows [capacity, n_kv_heads, head_dim] at k / v (and
+//     k_scale / v_scale [capacity, n_kv_heads] for I8).
+//   Paged (blocks != nullptr): row r is row r % block_rows of blocks[r / block_rows]
+//     (vLLM's PagedAttention block table); capacity is a multiple of block_rows. A block a
+//     window can no longer see may be null; it is never read.
+// The arithmetic of attention never depends on the addressing: a paged slot gives exactly
+// the bits of a contiguous one holding the same rows.
 struct KvView {
   KvDType dtype = KvDType::F16;
-  const void* k = nullptr;  // [capacity, n_kv_heads, head_dim]
-  const void* v = nullptr;  // [capacity, n_kv_heads, head_dim]
+  const void* k = nullptr;  // contiguous: [capacity, n_kv_heads, head_dim]
+  const void* v = nullptr;  // contiguous: [capacity, n_kv_heads, head_dim]
   int64_t capacity = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
-  const float* k_scale = nullptr;  // [capacity, n_kv_heads], I8 only
-  const float* v_scale = nullptr;  // [capacity, n_kv_heads], I8 only
+  const float* k_scale = nullptr;  // contiguous: [capacity, n_kv_heads], I8 only
+  const float* v_scale = nullptr;  // contiguous: [capacity, n_kv_heads], I8 only
+  int64_t block_rows = 0;          // paged: rows per block
+  const KvBlock* blocks = nullptr; // paged: [capacity / block_rows] block table
+
+  // Rows per addressing unit: block_rows when paged, the whole ring otherwise.
+  int64_t unit_rows() const { return blocks ? block_rows : capacity; }
+  // The block holding ring row r; *row receives r's row inside it.
+  KvBlock block_of(int64_t r, int64_t* row) const {
+    if (!blocks) {
+      *row = r;
+      return KvBlock{const_cast<void*>(k), const_cast<void*>(v), const_cast<float*>(k_scale),
+                     const_cast<float*>(v_scale)};
+    }
+    *row = r % block_rows;
+    return blocks[r / block_rows];
+  }
 };
 
 // Write k_rows/v_rows [T, n_kv_heads, head_dim] (float) for absolute positions pos[T] into
-// a slot (converting to its storage dtype). `k`/`v` are the slot's mutable buffers;
-// k_scale/v_scale [capacity, n_kv_heads] its scales (I8 only: required there, a
-// std::logic_error when missing). I8 rounds each (position, kv head) row on its own, so a
-// row's bytes never depend on T (batch invariance).
+// the slot `dst` names (its buffers are written through; I8 rows with their scales),
+// converting to its storage dtype. I8 rounds each (position, kv head) row on its own, so a
+// row's bytes never depend on T (batch invariance). A missing I8 scale buffer is a
+// std::logic_error.
+void kv_write(const KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos,
+              int64_t T);
+// The same for a contiguous slot: k/v [capacity, n_kv_heads, head_dim] and (I8) k_scale /
+// v_scale [capacity, n_kv_heads].
 void kv_write(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
               int64_t head_dim, const float* k_rows, const float* v_rows, const int64_t* pos,
               int64_t T, float* k_scale = nullptr, float* v_scale = nullptr);
@@ -113,5 +149,17 @@ void kv_write(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_he
 // the dot products: score = dot(q, k8) * k_scale, out += (w * v_scale) * v8.
 void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
                const int64_t* q_pos, const int64_t* k_lo, float* out);
+
+// Rows [begin, begin + rows) of a batched attention call, all reading one slot.
+struct KvRowGroup {
+  KvView kv;
+  int64_t begin = 0, rows = 0;
+};
+// Causal attention of T query rows of many sequences in one call (the serving engine's
+// batched forward): row t reads the slot of the group holding it; groups cover 0 .. T-1 in
+// order, without gaps. Row t's output is bit-identical to ops::attention of that row alone
+// against its group's slot (the kernels never mix rows). Same shapes as ops::attention.
+void attention_batch(const float* q, int64_t T, int64_t n_heads, const KvRowGroup* groups,
+                     int64_t n_groups, const int64_t* q_pos, const int64_t* k_lo, float* out);
 
 }  // namespace tinyloop::ops

@@ -17,10 +17,11 @@ void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t*
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 void gelu(float* x, int64_t n, bool tanh_approx);
 void add(const float* a, const float* b, int64_t n, float* y);
-void kv_write(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
-              int64_t head_dim, const float* k_rows, const float* v_rows, const int64_t* pos,
-              int64_t T, float* k_scale = nullptr, float* v_scale = nullptr);
+void kv_write(const KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos,
+              int64_t T);
 void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
                const int64_t* q_pos, const int64_t* k_lo, float* out);
+void attention_batch(const float* q, int64_t T, int64_t n_heads, const KvRowGroup* groups,
+                     int64_t n_groups, const int64_t* q_pos, const int64_t* k_lo, float* out);
 
 }  // namespace tinyloop::ops::ref

@@ -12,6 +12,22 @@ namespace tinyloop::ops::testing {
 // Unit roundoff of float: the relative error of one correctly rounded float operation.
 inline constexpr double kU = 1.0 / (1 << 24);
 
+// A contiguous KV slot over caller-owned buffers: k / v [capacity, n_kv_heads, head_dim] in
+// the dtype's width, k_scale / v_scale [capacity, n_kv_heads] (I8 only).
+inline KvView contiguous_view(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
+                              int64_t head_dim, float* k_scale = nullptr, float* v_scale = nullptr) {
+  KvView kv;
+  kv.dtype = dtype;
+  kv.k = k;
+  kv.v = v;
+  kv.capacity = capacity;
+  kv.n_kv_heads = n_kv_heads;
+  kv.head_dim = head_dim;
+  kv.k_scale = k_scale;
+  kv.v_scale = v_scale;
+  return kv;
+}
+
 inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.f,
                                         float hi = 1.f) {
   std::mt19937 rng(seed);

@@ -5,9 +5,9 @@
 //     length normalisation and early stopping, over a BeamModel that answers "log-probs of
 //     the next token for these beams" -- no model, no cache;
 //   * the glue, beam_generate(): a BeamModel over the looped model, with the prompt's KV
-//     prefilled once and shared read-only by every beam, and each beam's generated tokens'
-//     KV in a small tail cache (model::KvCache::set_shared_prefix), reordered by copying
-//     tails; repetition penalty, grammar, stop sequences, EOS and early exit per beam.
+//     prefilled once and its KV blocks shared by every beam, each beam adding blocks for its
+//     generated tokens only and sharing its parent's at a reorder (copy-on-write, no copy of
+//     the prompt); repetition penalty, grammar, stop sequences, EOS and early exit per beam.
 #pragma once
 #include <cstdint>
 #include <functional>

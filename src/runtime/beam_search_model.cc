@@ -1,13 +1,13 @@
 // Beam search over the looped model (see beam_search.h): the BeamModel that decodes each
 // live beam, and beam_generate().
 //
-// KV scheme: the prompt is prefilled once into `prefix_` (capacity = prompt length), which no
-// beam ever writes. Each live beam owns a tail KvCache (model::KvCache::set_shared_prefix)
-// holding only its generated tokens' K/V, max_tokens - 1 rows per slot, and attention reads
-// the prefix rows in place (ops::attention_segments). When several survivors share a parent,
-// the first takes over the parent's tail and the others get a copy of its rows
-// (KvCache::assign_tail_from) written into the tail of a beam that died, so a reorder
-// allocates nothing once beam_size tails exist and never copies the prompt.
+// KV scheme (paged blocks, model/kv_pool.h): the prompt is prefilled once into `prefix_`,
+// which no beam ever writes. Each live beam owns a cache that shares the prompt's blocks
+// (`prefix_fork_`, KvCache::share_prefix) and adds blocks for its generated tokens only.
+// When several survivors share a parent, the first takes over the parent's cache and the
+// others share the parent's blocks (KvCache::assign_from): nothing is copied at the reorder,
+// and the parent's partial last block is copied only when a child first writes into it
+// (copy-on-write). The prompt is never copied.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -74,12 +74,18 @@ class LoopedBeamModel : public BeamModel {
       prefix_ = std::make_unique<model::KvCache>(c_, loops, P, req.cache_window, e.kv_dtype(),
                                                  &e.model().memory());
       e.model().forward(req.prompt.data(), P, *prefix_, model::LogitRows::Last, prompt_logits_, loops);
+      // Every beam's cache: the prompt's blocks shared, room for its generated tokens.
+      prefix_fork_ = std::make_unique<model::KvCache>(c_, loops, P + req.max_tokens, req.cache_window,
+                                                      e.kv_dtype(), &e.model().memory(), 0, 0,
+                                                      nullptr, P, prefix_->block_rows());
+      prefix_fork_->share_prefix(*prefix_);
       tail_rows_ = std::max<int64_t>(1, req.max_tokens - 1);  // the last token is never decoded
-      mem_.prefix_bytes = prefix_->bytes();
-      const int64_t per_row = prefix_->bytes() / P;  // one position, every slot, K and V
+      // One position, every slot, K and V (the blocks round this up by < one block per slot).
+      const int64_t per_row = prefix_->slot_count() * prefix_->bytes_per_position_per_slot();
+      mem_.prefix_bytes = per_row * P;
       mem_.tail_bytes = per_row * tail_rows_;
       const int64_t total = P + req.max_tokens, W = req.cache_window;
-      const int64_t naive_rows = (W > 0 && W + Engine::kRingSlack < total) ? W + Engine::kRingSlack : total;
+      const int64_t naive_rows = (W > 0 && W + model::KvCache::kWindowSlack < total) ? W + model::KvCache::kWindowSlack : total;
       mem_.naive_bytes = beam_size * per_row * naive_rows;
       mem_.peak_bytes = mem_.prefix_bytes;
     } else {
@@ -163,10 +169,12 @@ class LoopedBeamModel : public BeamModel {
           t = new_tail();
         }
         if (first.tail) {
-          t->assign_tail_from(*first.tail);
-          mem_.tail_rows_copied += (first.tail->length() - prefix_->length()) * t->slot_count();
+          // Shares the parent's blocks; only its partial last block gets copied, when this
+          // beam first writes into it (copy-on-write).
+          t->assign_from(*first.tail);
+          mem_.tail_rows_copied += (first.tail->length() % t->block_rows()) * t->slot_count();
         } else {
-          t->truncate(prefix_->length());  // the parent is the bare prompt
+          t->assign_from(*prefix_fork_);  // the parent is the bare prompt
         }
         next[i].tail = std::move(t);
       }
@@ -192,11 +200,7 @@ class LoopedBeamModel : public BeamModel {
   };
 
   std::unique_ptr<model::KvCache> new_tail() {
-    auto t = std::make_unique<model::KvCache>(c_, loops_, tail_rows_, req_.cache_window, e_.kv_dtype(),
-                                              &e_.model().memory());
-    t->set_shared_prefix(prefix_.get());
-    mem_.tail_bytes = t->bytes();
-    return t;
+    return prefix_fork_->clone();
   }
 
   // Uncached reference path: the whole sequence through a fresh cache, last row's logits.
@@ -229,6 +233,7 @@ class LoopedBeamModel : public BeamModel {
   bool cached_ = true;
   int64_t tail_rows_ = 1;
   std::unique_ptr<model::KvCache> prefix_;  // the prompt's K/V, read-only once prefilled
+  std::unique_ptr<model::KvCache> prefix_fork_;  // prefix_'s blocks in a cache beams can grow
   std::vector<float> prompt_logits_;        // [V] after the prompt
   std::vector<Beam> beams_;
   std::vector<std::vector<int64_t>> depth_log_;  // [step][beam] loop depth of each row

@@ -284,31 +284,34 @@ TEST_F(BeamModelTest, SharedPrefixTailsMatchWholeSequenceScoring) {
     }
 }
 
-TEST_F(BeamModelTest, AssignTailFromMakesATailThatDecodesIdentically) {
-  // Two tails over one prompt prefix hold different tokens; after b.assign_tail_from(a)
-  // the next decode step gives bit-identical logits on both (every slot's rows copied).
+TEST_F(BeamModelTest, AssignFromMakesACacheThatDecodesIdentically) {
+  // Two caches over one prompt prefix hold different tokens; after b.assign_from(a) (b
+  // shares a's blocks) the next decode step gives bit-identical logits on both, and a's
+  // own next step is unchanged by b's (copy-on-write of the shared partial block).
   const auto& m = engine_->model();
   const Seq prompt = {1, 5, 9, 2, 7};
   const int64_t L = 3;
-  auto pre = engine_->new_cache(L, int64_t(prompt.size()), 0, engine_->kv_dtype());
+  auto pre = engine_->new_cache(L, int64_t(prompt.size()), 0, engine_->kv_dtype(), 0, 4);
   std::vector<float> la, lb;  // [V]
   m.forward(prompt.data(), int64_t(prompt.size()), *pre, model::LogitRows::Last, la, L);
-  auto a = engine_->new_cache(L, 6, 0, engine_->kv_dtype());
-  auto b = engine_->new_cache(L, 6, 0, engine_->kv_dtype());
-  a->set_shared_prefix(pre.get());
-  b->set_shared_prefix(pre.get());
+  auto a = engine_->new_cache(L, 11, 0, engine_->kv_dtype(), 0, 4);
+  auto b = engine_->new_cache(L, 11, 0, engine_->kv_dtype(), 0, 4);
+  a->share_prefix(*pre);
+  b->share_prefix(*pre);
   const Seq ta = {4, 8, 12, 6}, tb = {30, 0};
   m.forward(ta.data(), 4, *a, model::LogitRows::Last, la, L);
   m.forward(tb.data(), 2, *b, model::LogitRows::Last, lb, L);
-  b->assign_tail_from(*a);
+  b->assign_from(*a);
   EXPECT_EQ(b->length(), a->length());
-  const int32_t next = 17;
+  const int32_t next = 17, other = 3;
+  m.forward(&other, 1, *b, model::LogitRows::Last, lb, L);  // b writes first: a must not see it
+  b->truncate(a->length());
   m.forward(&next, 1, *a, model::LogitRows::Last, la, L);
   m.forward(&next, 1, *b, model::LogitRows::Last, lb, L);
   EXPECT_EQ(la, lb);
-  // A tail of another prefix (or a plain cache) is refused.
-  auto plain = engine_->new_cache(L, 6, 0, engine_->kv_dtype());
-  EXPECT_THROW(plain->assign_tail_from(*a), std::logic_error);
+  // A cache of another shape is refused.
+  auto deeper = engine_->new_cache(L + 1, 11, 0, engine_->kv_dtype(), 0, 4);
+  EXPECT_THROW(deeper->assign_from(*a), std::logic_error);
 }
 
 TEST_F(BeamModelTest, EarlyExitAndWindowRunPerBeam) {

@@ -114,11 +114,9 @@ void Engine::check_length(int64_t prompt_len, int64_t max_tokens) const {
 
 std::unique_ptr<model::KvCache> Engine::new_cache(int64_t loops, int64_t total_len,
                                                   int64_t window, ops::KvDType dtype,
-                                                  int64_t loop_slots) const {
-  int64_t capacity = total_len;
-  if (window > 0 && window + kRingSlack < total_len) capacity = window + kRingSlack;
-  return std::make_unique<model::KvCache>(config(), loops, capacity, window, dtype,
-                                          &model_->memory(), 0, loop_slots);
+                                                  int64_t loop_slots, int64_t block_rows) const {
+  return std::make_unique<model::KvCache>(config(), loops, total_len, window, dtype,
+                                          &model_->memory(), 0, loop_slots, nullptr, 0, block_rows);
 }
 
 std::vector<float> Engine::score_rows(const std::vector<int32_t>& ids,

@@ -101,8 +101,8 @@ TEST_F(EngineTest, CachedDecodeEqualsUncached) {
   EXPECT_LT(max_abs_diff(cached, uncached), 1e-4);
 }
 
-TEST_F(EngineTest, RingWindowEqualsMaskedUncached) {
-  auto x = ids(150);  // wraps a ring of window + kRingSlack rows
+TEST_F(EngineTest, WindowEqualsMaskedUncached) {
+  auto x = ids(150);  // past window + kWindowSlack: old blocks released as it goes
   for (int64_t window : {1, 5, 70}) {
     auto cached = open()->stepwise_logits(x, 3, 2, window);
     auto uncached = open(true)->stepwise_logits(x, 3, 2, window);

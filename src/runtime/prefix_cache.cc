@@ -14,13 +14,6 @@ std::shared_ptr<const PrefixCache> PrefixCache::build(std::shared_ptr<const Engi
   const Engine& e = *engine;
   e.check_tokens(prefix);  // also rejects an empty prefix
   const int64_t L = e.resolve_loops(loops);
-  // Two-segment attention reads fp16/fp32 K/V rows only (docs/kv-cache.md): refuse before
-  // the prefill rather than when the cache is first used.
-  if (e.kv_dtype() != ops::KvDType::F16 && e.kv_dtype() != ops::KvDType::F32)
-    throw std::invalid_argument(std::string(ops::is_store_h(e.kv_dtype()) ? "store-h " : "") +
-                                "kv_mode '" + e.kv_mode() +
-                                "' does not support a shared prefix KV yet (prefix cache, prefix "
-                                "pool, beam search): use kv_mode 'fp16' or 'fp32'");
   if (cache_window < 0)
     throw std::invalid_argument("cache_window must be >= 0, got " + std::to_string(cache_window));
   const auto P = static_cast<int64_t>(prefix.size());
@@ -28,9 +21,8 @@ std::shared_ptr<const PrefixCache> PrefixCache::build(std::shared_ptr<const Engi
 
   auto pc = std::shared_ptr<PrefixCache>(new PrefixCache());
   // Exactly generate()'s prefill of these positions: the model is batch-invariant, so the
-  // rows are the same whatever suffix a later call appends. With a window, generate()'s
-  // ring would drop the oldest rows; here every row stays (capacity P), since a shared
-  // segment must not wrap, and attention still sees only the window.
+  // rows are the same whatever suffix a later call appends, in every KV mode. With a window
+  // the blocks no later query can see are released as in generate().
   pc->kv_ = std::make_unique<model::KvCache>(e.config(), L, P, cache_window, e.kv_dtype(),
                                              &e.model().memory());
   pc->window_ = cache_window;
@@ -70,8 +62,10 @@ GenerateResult PrefixCache::generate(const std::vector<int32_t>& suffix, Generat
   const auto S = static_cast<int64_t>(suffix.size());
   // The tail: rows for the suffix and every token decoding may add, positions from P on; with
   // a window, generate()'s ring of window + slack rows when that is smaller.
-  auto tail = e.new_cache(L, std::max<int64_t>(1, S + req.max_tokens), window_, e.kv_dtype());
-  tail->set_shared_prefix(kv_.get());
+  auto tail = std::make_unique<model::KvCache>(e.config(), L, seq_len() + std::max<int64_t>(1, S + req.max_tokens),
+                                               window_, e.kv_dtype(), &e.model().memory(), 0, 0,
+                                               nullptr, seq_len(), kv_->block_rows());
+  tail->share_prefix(*kv_);
   std::vector<float> logits = logits_;  // [V]
   if (S > 0) e.model().forward(suffix.data(), S, *tail, model::LogitRows::Last, logits, L);
   const double prefill_ms =

@@ -1,11 +1,12 @@
 // Prefix cache (spec/python-api.txt "Prefix cache", docs/prefix-cache.md): prefill a prompt
 // prefix once, then decode many continuations prefix + suffix off it.
 //
-// The cache is immutable after build and is never copied: each call makes a small tail
-// KvCache for positions >= seq_len() (suffix + generated tokens) whose shared_prefix is this
-// cache's KV, and the attention sublayer reads the prefix rows in place
-// (ops::attention_segments). So one cache serves many calls, from several threads at once,
-// and a call costs only the suffix's prefill plus decoding.
+// The cache is immutable after build and is never copied: each call's KvCache shares this
+// cache's KV blocks (model/kv_pool.h, KvCache::share_prefix) and allocates blocks only for
+// positions >= seq_len() (suffix + generated tokens); the prefix's partial last block is
+// copied when the call first writes into it. So one cache serves many calls, from several
+// threads at once, in every KV mode, and a call costs only the suffix's prefill plus
+// decoding.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -24,8 +25,7 @@ class PrefixCache {
   // Prefills `prefix` (non-empty) at `loops` (default the config's default_loops) with
   // generate()'s sliding window `cache_window` (0 = none): a window changes the prefix's K/V
   // once the prefix is longer than it, so a cache serves calls with its own window only.
-  // The prefix is stored full-length either way (the shared segment must not wrap); only a
-  // call's tail is a ring. std::invalid_argument for bad tokens / loops / window;
+  // std::invalid_argument for bad tokens / loops / window;
   // std::runtime_error when the prefix alone exceeds max_seq_len.
   static std::shared_ptr<const PrefixCache> build(std::shared_ptr<const Engine> engine,
                                                   std::vector<int32_t> prefix,
@@ -54,7 +54,7 @@ class PrefixCache {
   std::vector<int32_t> prefix_;           // [P]
   int64_t loops_ = 0;
   int64_t window_ = 0;                    // generate()'s cache_window the prefix was built with
-  std::unique_ptr<model::KvCache> kv_;    // capacity P, length P, window_; read-only after build
+  std::unique_ptr<model::KvCache> kv_;    // length P, window_; read-only after build
   std::vector<float> logits_;             // [V] after the prefix (for an empty suffix)
   model::TrackedBytes tracked_;           // logits_ in the model's memory report
 };

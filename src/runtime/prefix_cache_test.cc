@@ -46,14 +46,14 @@ class PrefixCacheTest : public ::testing::Test {
                     std::vector<float>& want, std::vector<float>& got) {
     const auto& m = engine_->model();
     const int64_t P = int64_t(prefix.size()), S = int64_t(suffix.size()), L = 3;
-    auto whole = engine_->new_cache(L, P + S, 0, engine_->kv_dtype());
+    auto whole = engine_->new_cache(L, P + S, 0, engine_->kv_dtype(), 0, 4);
     std::vector<float> scratch;  // [1, V] prefix logits, unused
     m.forward(prefix.data(), P, *whole, model::LogitRows::Last, scratch, L);
     m.forward(suffix.data(), S, *whole, model::LogitRows::All, want, L);
-    auto pre = engine_->new_cache(L, P, 0, engine_->kv_dtype());
+    auto pre = engine_->new_cache(L, P, 0, engine_->kv_dtype(), 0, 4);
     m.forward(prefix.data(), P, *pre, model::LogitRows::Last, scratch, L);
-    auto tail = engine_->new_cache(L, S + 3, 0, engine_->kv_dtype());  // 3 spare rows: ring offset
-    tail->set_shared_prefix(pre.get());
+    auto tail = engine_->new_cache(L, P + S + 3, 0, engine_->kv_dtype(), 0, 4);  // 3 spare rows
+    tail->share_prefix(*pre);
     m.forward(suffix.data(), S, *tail, model::LogitRows::All, got, L);
     EXPECT_EQ(tail->length(), P + S);
   }
@@ -104,14 +104,15 @@ TEST_F(PrefixCacheTest, GenerateEqualsGenerateOfConcatenation) {
 }
 
 // cache_window: the prefix is prefilled with generate()'s window (longer than the window, so
-// its K/V differ from an unwindowed prefill) and the tail is a ring that wraps several times.
+// its K/V differ from an unwindowed prefill) and the call runs far past the window (blocks
+// released as it goes).
 TEST_F(PrefixCacheTest, SlidingWindowEqualsGenerateWithTheSameWindow) {
   const auto prefix = ids(20, 8), suffix = ids(5, 9);
   const int64_t W = 6;
   auto pc = PrefixCache::build(engine_, prefix, 2, W);
   EXPECT_EQ(pc->cache_window(), W);
   GenerateRequest req;
-  req.max_tokens = 90;  // tail of 95 positions in a ring of W + kRingSlack = 70 rows
+  req.max_tokens = 90;  // 95 positions past the prefix, window 6: old blocks are released
   req.stop_at_eos = false;
   req.sampling.temperature = 0.7f;
   req.seed = 3;

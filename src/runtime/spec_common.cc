@@ -37,13 +37,13 @@ void validate(const Engine& e, const SpeculativeRequest& r, bool tree) {
 std::unique_ptr<model::KvCache> new_spec_cache(const Engine& e, const SpeculativeRequest& r) {
   const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
   // A cycle touches positions P - 2 .. P + draft_ahead at once (pending draft readouts,
-  // root, drafted rows); a ring must not overwrite a row any of them still sees.
-  const int64_t ahead = std::min(r.draft_ahead, r.max_tokens);
-  const int64_t slack = std::max(Engine::kRingSlack, ahead + 4);
-  int64_t capacity = total;
-  if (r.cache_window > 0 && r.cache_window + slack < total) capacity = r.cache_window + slack;
-  return std::make_unique<model::KvCache>(e.config(), r.verify_loops, capacity, r.cache_window,
-                                          e.kv_dtype(), &e.model().memory(),
+  // root, drafted rows) and rolls back at most draft_ahead + 1 of them: a windowed cache
+  // keeps KvCache::kWindowSlack positions beyond its window for that.
+  if (r.cache_window > 0 && std::min(r.draft_ahead, r.max_tokens) + 4 > model::KvCache::kWindowSlack)
+    throw std::invalid_argument("draft_ahead must be <= " + std::to_string(model::KvCache::kWindowSlack - 4) +
+                                " with cache_window");
+  return std::make_unique<model::KvCache>(e.config(), r.verify_loops, total + r.draft_ahead + 2,
+                                          r.cache_window, e.kv_dtype(), &e.model().memory(),
                                           e.config().n_post_blocks);
 }
 

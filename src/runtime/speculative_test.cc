@@ -97,8 +97,7 @@ TEST_P(TreeAttentionTest, EachNodeSeesPastRootAndItsPath) {
     std::vector<int64_t> pos(past);
     for (int64_t p = 0; p < past; ++p) pos[p] = p;
     auto k = rnd(past * kw), v = rnd(past * kw);
-    ops::kv_write(kv.dtype(), kv.k_data(slot), kv.v_data(slot), kv.capacity(), c.n_kv_heads,
-                  c.head_dim, k.data(), v.data(), pos.data(), past);
+    kv.write(slot, k.data(), v.data(), pos.data(), past);
   }
   kv.advance(past);
   // Rows: root, then branch-major nodes. Branch 1 is only 2 deep (a ragged tree).
@@ -127,8 +126,7 @@ TEST_P(TreeAttentionTest, EachNodeSeesPastRootAndItsPath) {
           if (nodes[r - 1] == b * depth + dd) rows.push_back(r);
     }
     for (int64_t r : rows)
-      ops::kv_write(ref->dtype(), ref->k_data(slot), ref->v_data(slot), ref->capacity(),
-                    c.n_kv_heads, c.head_dim, &k[r * kw], &v[r * kw], &pos[r], 1);
+      ref->write(slot, &k[r * kw], &v[r * kw], &pos[r], 1);
     std::vector<float> want(static_cast<size_t>(qw));
     const int64_t lo = 0;
     ops::attention(&q[t * qw], 1, c.n_heads, ref->view(slot), &pos[t], &lo, want.data());

@@ -1,0 +1,155 @@
+#include "model/kv_pool.h"
+
+#include <string>
+
+#include "ops/kv_quant.h"
+
+namespace tinyloop::model {
+namespace {
+
+int64_t align64(int64_t n) { return (n + 63) / 64 * 64; }
+
+}  // namespace
+
+KvBlockLayout::KvBlockLayout(const ModelConfig& c, ops::KvDType dt, int64_t rows_)
+    : dtype(dt), rows(rows_), n_kv_heads(c.n_kv_heads), head_dim(c.head_dim), dim(c.dim) {
+  if (rows < 1) throw std::invalid_argument("kv_block_size must be >= 1, got " + std::to_string(rows));
+  if (ops::is_store_h(dtype)) {
+    areas = 1;
+    row_bytes = ops::h_row_bytes(dtype, dim);
+    row_scales = ops::h_row_scales(dtype, dim);
+  } else {
+    const int64_t elem = dtype == ops::KvDType::F32 ? 4 : dtype == ops::KvDType::F16 ? 2 : 1;
+    areas = 2;
+    row_bytes = n_kv_heads * head_dim * elem;
+    row_scales = dtype == ops::KvDType::I8 ? n_kv_heads : 0;
+  }
+  // Block sizes stay far below 2^62: rows and row_bytes are bounded by what a model file
+  // and the engine options allow, checked here once so no product below can wrap.
+  if (rows > (int64_t(1) << 24) || row_bytes > (int64_t(1) << 32))
+    throw std::invalid_argument("KV block too large: " + std::to_string(rows) + " rows of " +
+                                std::to_string(row_bytes) + " bytes");
+  const int64_t values = align64(rows * row_bytes);
+  const int64_t scales = align64(rows * row_scales * int64_t(sizeof(float)));
+  v_off = values;
+  ks_off = areas * values;
+  vs_off = ks_off + scales;
+  bytes = ks_off + areas * scales;
+}
+
+int64_t KvBlockLayout::bytes_per_position() const {
+  return areas * (row_bytes + row_scales * int64_t(sizeof(float)));
+}
+
+ops::KvBlock KvBlockLayout::at(uint8_t* base) const {
+  ops::KvBlock b;
+  b.k = base;
+  if (areas == 2) b.v = base + v_off;
+  if (row_scales > 0) {
+    b.k_scale = reinterpret_cast<float*>(base + ks_off);
+    if (areas == 2) b.v_scale = reinterpret_cast<float*>(base + vs_off);
+  }
+  return b;
+}
+
+KvPool::KvPool(const KvBlockLayout& layout, int64_t max_blocks, int64_t initial_blocks,
+               MemoryTracker* tracker)
+    : layout_(layout), max_blocks_(max_blocks), tracker_(tracker) {
+  if (max_blocks < 0 || initial_blocks < 0)
+    throw std::invalid_argument("KV pool block counts must be >= 0");
+  if (max_blocks > INT32_MAX) throw std::invalid_argument("KV pool of more than 2^31 blocks");
+  if (max_blocks > 0 && initial_blocks > max_blocks) initial_blocks = max_blocks;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (initial_blocks > 0) grow(initial_blocks);
+}
+
+void KvPool::grow(int64_t n) {
+  if (n > (int64_t(1) << 40) / layout_.bytes)
+    throw std::runtime_error("out of memory: KV pool of " + std::to_string(n) + " blocks");
+  const int64_t bytes = n * layout_.bytes;
+  HugeBytes arena;
+  try {
+    arena = alloc_huge_pages(static_cast<size_t>(bytes));
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error("out of memory: KV pool arena of " + std::to_string(bytes) + " bytes");
+  }
+  const int32_t first = static_cast<int32_t>(base_.size());
+  for (int64_t i = 0; i < n; ++i) {
+    base_.push_back(arena.get() + i * layout_.bytes);
+    refs_.push_back(0);
+  }
+  // Lowest ids on top of the stack: a fresh pool hands out blocks in address order.
+  for (int64_t i = n - 1; i >= 0; --i) free_.push_back(first + static_cast<int32_t>(i));
+  arenas_.push_back(std::move(arena));
+  tracked_.emplace_back(tracker_, bytes);
+}
+
+int32_t KvPool::allocate() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (free_.empty()) {
+    const int64_t have = static_cast<int64_t>(base_.size());
+    if (max_blocks_ > 0 && have >= max_blocks_)
+      throw KvPoolExhausted("KV pool exhausted: all " + std::to_string(max_blocks_) + " blocks (" +
+                            std::to_string(max_blocks_ * layout_.bytes >> 20) +
+                            " MiB) are in use; raise kv_budget_mb or lower the load");
+    // Grow by half of what is there (at least 16 blocks), within the budget.
+    int64_t n = std::max<int64_t>(16, have / 2);
+    if (max_blocks_ > 0) n = std::min(n, max_blocks_ - have);
+    grow(n);
+  }
+  const int32_t id = free_.back();
+  free_.pop_back();
+  refs_[size_t(id)] = 1;
+  ++used_;
+  return id;
+}
+
+bool KvPool::can_allocate(int64_t n) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (max_blocks_ == 0) return true;
+  return max_blocks_ - used_ >= n;
+}
+
+void KvPool::retain(int32_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (refs_.at(size_t(id)) <= 0) throw std::logic_error("retain of a free KV block");
+  ++refs_[size_t(id)];
+}
+
+void KvPool::release(int32_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int32_t& r = refs_.at(size_t(id));
+  if (r <= 0) throw std::logic_error("release of a free KV block");
+  if (--r == 0) {
+    free_.push_back(id);
+    --used_;
+  }
+}
+
+bool KvPool::shared(int32_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refs_.at(size_t(id)) > 1;
+}
+
+uint8_t* KvPool::data(int32_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return base_.at(size_t(id));
+}
+
+int64_t KvPool::used_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return used_;
+}
+
+int64_t KvPool::free_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (max_blocks_ > 0) return max_blocks_ - used_;
+  return static_cast<int64_t>(free_.size());
+}
+
+int64_t KvPool::arena_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(base_.size()) * layout_.bytes;
+}
+
+}  // namespace tinyloop::model

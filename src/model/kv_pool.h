@@ -1,0 +1,109 @@
+// Paged KV memory (DESIGN.md section 9, vLLM's PagedAttention): fixed-size blocks of
+// `rows` positions of one slot (one layer application), handed out by a pool and addressed
+// through per-sequence block tables (model/kv_cache.h). Blocks are reference counted, so
+// sequences share the blocks of a common prefix, beams share their parents' blocks and a
+// clone shares everything; a block is copied only when a sharer writes into it
+// (copy-on-write, KvCache::writable).
+//
+// One pool serves all sequences of the serving engine, sized once from a memory budget; a
+// standalone cache (Model.generate and friends) owns a small private pool that grows on
+// demand. Either way a block's address never changes while it is held.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+#include "model/huge_pages.h"
+#include "model/memory_tracker.h"
+#include "ops/ops.h"
+#include "tinyloop/config.h"
+
+namespace tinyloop::model {
+
+// Positions per block unless a caller picks another size (EngineOptions::kv_block_size).
+// A speed / waste trade: the attention kernel walks a window as one run per block, and a
+// sequence wastes up to rows - 1 positions per slot in its last block.
+inline constexpr int64_t kDefaultBlockRows = 32;
+
+// The bytes of one block: `rows` positions of one slot in `dtype`.
+//   K / V modes: K [rows, n_kv_heads * head_dim] | V [same] | (I8) K scales [rows, n_kv_heads]
+//                | V scales [same]
+//   store-h:     h [rows, h_row_bytes] | (H8 / H4) scales [rows, h_row_scales]
+// Every part starts 64-byte aligned.
+struct KvBlockLayout {
+  ops::KvDType dtype = ops::KvDType::F16;
+  int64_t rows = 0, n_kv_heads = 0, head_dim = 0, dim = 0;
+  int64_t row_bytes = 0;   // one position's K (or V, or h) values
+  int64_t areas = 2;       // 2: K and V; 1: store-h (h only)
+  int64_t row_scales = 0;  // float scales per row per area (I8: n_kv_heads; H8: 1; H4: groups)
+  int64_t v_off = 0, ks_off = 0, vs_off = 0;  // byte offsets of V, K scales, V scales
+  int64_t bytes = 0;                          // the whole block, a multiple of 64
+
+  KvBlockLayout() = default;
+  // Throws std::invalid_argument for rows < 1 or a size that overflows.
+  KvBlockLayout(const ModelConfig& c, ops::KvDType dtype, int64_t rows);
+  // Bytes one position takes in one slot (values + scales, no padding).
+  int64_t bytes_per_position() const;
+  // The block whose first byte is `base`, as attention and kv_write address it.
+  ops::KvBlock at(uint8_t* base) const;
+  bool operator==(const KvBlockLayout& o) const {
+    return dtype == o.dtype && rows == o.rows && n_kv_heads == o.n_kv_heads &&
+           head_dim == o.head_dim && dim == o.dim;
+  }
+};
+
+// Thrown when a pool with a budget has no free block: the scheduler waits or preempts; a
+// caller without a scheduler sees the message.
+class KvPoolExhausted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class KvPool {
+ public:
+  // max_blocks > 0: a budget; allocate() throws KvPoolExhausted past it. 0: no bound, arenas
+  // are added on demand. initial_blocks are allocated now (the budget's pool allocates all of
+  // them at start, so serving never allocates). Arena bytes are reported to `tracker`.
+  KvPool(const KvBlockLayout& layout, int64_t max_blocks, int64_t initial_blocks,
+         MemoryTracker* tracker);
+  KvPool(const KvPool&) = delete;
+  KvPool& operator=(const KvPool&) = delete;
+
+  const KvBlockLayout& layout() const { return layout_; }
+  // A free block with one reference. Throws KvPoolExhausted when the budget is used up.
+  int32_t allocate();
+  // True when n more blocks can be allocated now.
+  bool can_allocate(int64_t n) const;
+  void retain(int32_t id);
+  // Drops one reference; the block is free again at zero.
+  void release(int32_t id);
+  // More than one holder: a writer must copy it first.
+  bool shared(int32_t id) const;
+  // The block's first byte (fixed while it is held), and the block as kv_write addresses it.
+  uint8_t* data(int32_t id) const;
+  ops::KvBlock block(int32_t id) const { return layout_.at(data(id)); }
+
+  int64_t max_blocks() const { return max_blocks_; }
+  int64_t used_blocks() const;
+  int64_t free_blocks() const;  // allocatable now without growing (budget: max - used)
+  int64_t arena_bytes() const;  // bytes allocated from the system so far
+
+ private:
+  void grow(int64_t n);  // adds an arena of n blocks to the free list (mu_ held)
+  KvBlockLayout layout_;
+  int64_t max_blocks_;
+  MemoryTracker* tracker_;
+  mutable std::mutex mu_;
+  std::vector<HugeBytes> arenas_;
+  std::vector<TrackedBytes> tracked_;
+  std::vector<uint8_t*> base_;    // [blocks] first byte of each block
+  std::vector<int32_t> refs_;     // [blocks] holders, 0 = free
+  std::vector<int32_t> free_;     // ids of free blocks (a stack: recently freed reused first)
+  int64_t used_ = 0;
+};
+
+using KvPoolPtr = std::shared_ptr<KvPool>;
+
+}  // namespace tinyloop::model
