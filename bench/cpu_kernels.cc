@@ -127,6 +127,39 @@ void attention_case(int64_t T, int64_t ctx, int reps) {
   kv.n_kv_heads = H;
   kv.head_dim = hd;
   const double flops = 4.0 * double(H * hd) * keys;  // QK^T and PV
+  // The same rows paged as the engine keeps them (model/kv_pool.h): blocks of B positions,
+  // K then V per block, in shuffled order in one arena.
+  const int64_t B = 32, nb = (ctx + B - 1) / B, row = H * hd;
+  std::vector<uint16_t> arena(size_t(nb * 2 * B * row));
+  std::vector<int64_t> order(static_cast<size_t>(nb));
+  for (int64_t b = 0; b < nb; ++b) order[size_t(b)] = b;
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<ops::KvBlock> table(static_cast<size_t>(nb));
+  for (int64_t b = 0; b < nb; ++b) {
+    uint16_t* base = arena.data() + order[size_t(b)] * 2 * B * row;
+    table[size_t(b)] = {base, base + B * row, nullptr, nullptr};
+    for (int64_t r = 0; r < B && b * B + r < ctx; ++r) {
+      std::copy_n(k.data() + (b * B + r) * row, row, base + r * row);
+      std::copy_n(v.data() + (b * B + r) * row, row, base + (B + r) * row);
+    }
+  }
+  ops::KvView paged = kv;
+  paged.k = paged.v = nullptr;
+  paged.capacity = nb * B;
+  paged.block_rows = B;
+  paged.blocks = table.data();
+  double contiguous_ms = 0;
+  for (bool pg : {false, true}) {
+    const auto [wall, cpu] = time_best(
+        [&] { cpu::attention(q.data(), T, H, pg ? paged : kv, q_pos.data(), k_lo.data(), out.data()); },
+        reps);
+    if (!pg) contiguous_ms = wall * 1e3;
+    std::printf("attention F16 KV T=%-4lld context=%-5lld %-10s %8.3f ms  %7.1f GFLOP/s%s\n",
+                (long long)T, (long long)ctx, pg ? "paged B=32" : "contiguous", wall * 1e3,
+                flops / wall / 1e9,
+                pg ? (" (" + std::to_string(contiguous_ms / (wall * 1e3)) + "x contiguous)").c_str() : "");
+  }
+  if (std::getenv("TINYLOOP_BENCH_ATTENTION_ONLY")) return;
   for (bool scalar : {false, true}) {
     const auto [wall, cpu] = time_best(
         [&] {
@@ -149,6 +182,12 @@ int main() {
   std::printf("SIMD target %s, %d threads\n", cpu::simd_target_name().c_str(), cpu::num_threads());
   // TINYLOOP_BENCH_BF16DOT_ONLY=1: only the reduced-precision matmul cases.
   const bool bf16dot_only = std::getenv("TINYLOOP_BENCH_BF16DOT_ONLY") != nullptr;
+  // TINYLOOP_BENCH_ATTENTION_ONLY=1: only attention, contiguous against paged KV.
+  if (std::getenv("TINYLOOP_BENCH_ATTENTION_ONLY")) {
+    for (int64_t ctx : {512, 2048, 8192}) attention_case(1, ctx, 50);
+    attention_case(512, 512, 5);
+    return 0;
+  }
   if (!bf16dot_only) {
     for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
       // Prefill: a 512-token prompt through the up projection (weights reused across rows).
