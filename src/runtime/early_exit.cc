@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "runtime/loop_run.h"
+#include "runtime/batch_step.h"
 
 namespace tinyloop::runtime {
 
@@ -62,37 +62,18 @@ double top_gap(const float* logits, int64_t V) {
 int64_t decode_step_early_exit(const model::LoopedModel& m, model::KvCache& kv, int32_t token,
                                int64_t loops, const EarlyExitParams& p,
                                std::vector<float>& logits) {
-  const int64_t D = m.config().dim, V = m.config().vocab_size;
-  const int64_t pos = kv.length();
-  logits.resize(V);
-  LoopRun run(m, kv, &token, 1);
-  std::vector<float> prev;  // [D] state before a probed iteration (hidden-L2 mode)
-  int64_t stable = 0;
-  bool have_logits = false;  // logits already hold readout(state) from a margin probe
-  while (run.done() < loops) {
-    const int64_t n = run.done() + 1;  // iterations after this step
-    const bool probe = p.enabled() && p.probes_at(n, loops);
-    if (probe && !p.margin_mode()) prev = run.state();
-    run.step();
-    have_logits = false;
-    if (!probe) continue;
-    bool ok;
-    if (p.margin_mode()) {
-      // The probe's readout is exactly what the token emits if it stops here, so a stop
-      // reuses it (post slots included) instead of reading out twice.
-      run.read_out(model::LogitRows::Last, logits.data());
-      have_logits = true;
-      ok = top_gap(logits.data(), V) > p.logit_margin;
-    } else {
-      ok = hidden_stable(prev.data(), run.state().data(), D, p.tau);
-    }
-    stable = ok ? stable + 1 : 0;
-    if (stable >= p.patience) break;
-  }
-  if (!have_logits) run.read_out(model::LogitRows::Last, logits.data());
-  fill_skipped_slots(kv, run.done(), loops, pos);
-  run.commit();
-  return run.done();
+  // One part of the batched step: the probes, the stop and the latest rule live there.
+  StepScratch scratch(m);
+  std::vector<StepPart> parts(1);
+  parts[0].kv = &kv;
+  parts[0].tokens = &token;
+  parts[0].n = 1;
+  parts[0].loops = loops;
+  parts[0].early_exit = &p;
+  parts[0].want_logits = true;
+  run_step(m, parts, scratch);
+  logits.swap(parts[0].logits);
+  return parts[0].depth;
 }
 
 StepwiseExit early_exit_stepwise(const Engine& e, const std::vector<int32_t>& ids, int64_t prefill_len,

@@ -1,5 +1,7 @@
 #include "runtime/generate.h"
 
+#include "runtime/batch_step.h"
+#include "runtime/decoder.h"
 #include "runtime/grammar_step.h"
 
 #include <chrono>
@@ -14,24 +16,8 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// The distinct ids seen so far (prompt + output), for the repetition penalty.
-class SeenSet {
- public:
-  explicit SeenSet(int64_t V) : mark_(V, 0) {}
-  void add(int32_t id) {
-    if (!mark_[id]) {
-      mark_[id] = 1;
-      ids_.push_back(id);
-    }
-  }
-  const std::vector<int32_t>& ids() const { return ids_; }
-
- private:
-  std::vector<uint8_t> mark_;
-  std::vector<int32_t> ids_;
-};
-
-// Produces next-token logits for the growing sequence, cached or uncached.
+// Produces next-token logits for the growing sequence through run_step (the serving
+// engine's step, here with one part), cached or uncached.
 class LogitSource {
  public:
   // Early exit always keeps a cache: its latest rule is defined on the cache's slots, which
@@ -40,91 +26,94 @@ class LogitSource {
   // always keeps one too.
   LogitSource(const Engine& e, int64_t loops, int64_t total_len, int64_t window, bool need_cache,
               int64_t loop_slots = 0)
-      : e_(e), loops_(loops), window_(window) {
+      : e_(e), loops_(loops), window_(window), scratch_(e.model()) {
     if (loop_slots > 0 && loop_slots < loops) need_cache = true;
     if (need_cache || !e.kv_cache_disabled())
       kv_ = e.new_cache(loops, total_len, window, e.kv_dtype(), loop_slots);
   }
-  // A sequence whose prompt a caller already put into kv (warm-start resume).
+  // A sequence whose prompt a caller already put into kv (warm-start resume, prefix cache).
   LogitSource(const Engine& e, int64_t loops, std::unique_ptr<model::KvCache> kv)
-      : e_(e), loops_(loops), window_(kv->window()), kv_(std::move(kv)) {}
+      : e_(e), loops_(loops), window_(kv->window()), kv_(std::move(kv)), scratch_(e.model()) {}
 
   // One decode step for ids.back() (the only id not yet in the cache): logits[V] after ids.
   // Returns the iterations it ran (fewer than loops only when early exit stops it).
   int64_t step(const std::vector<int32_t>& ids, const EarlyExitParams& ee, std::vector<float>& logits) {
-    if (kv_ && ee.enabled()) return decode_step_early_exit(e_.model(), *kv_, ids.back(), loops_, ee, logits);
-    next(ids, 1, logits);
-    return loops_;
+    if (!kv_) {  // uncached: the whole sequence through a fresh cache
+      next(ids, static_cast<int64_t>(ids.size()), logits);
+      return loops_;
+    }
+    std::vector<StepPart> parts(1);
+    parts[0].kv = kv_.get();
+    parts[0].tokens = &ids.back();
+    parts[0].n = 1;
+    parts[0].loops = loops_;
+    parts[0].early_exit = &ee;
+    parts[0].want_logits = true;
+    run_step(e_.model(), parts, scratch_);
+    logits.swap(parts[0].logits);
+    return parts[0].depth;
   }
-  // logits[V] after `ids`, of which the last `n_new` are not yet in the cache.
+  // logits[V] after `ids`, of which the last `n_new` are not yet in the cache (the prompt):
+  // one step per chunk the cache allows (LoopedModel::max_chunk), prefill never exits early.
   void next(const std::vector<int32_t>& ids, int64_t n_new, std::vector<float>& logits) {
     const int64_t T = static_cast<int64_t>(ids.size());
-    if (kv_) {
-      e_.model().forward(ids.data() + T - n_new, n_new, *kv_, model::LogitRows::Last, logits, loops_);
-      return;
+    std::unique_ptr<model::KvCache> fresh;
+    model::KvCache* kv = kv_.get();
+    if (!kv) {
+      fresh = e_.new_cache(loops_, T, window_, e_.kv_dtype());
+      kv = fresh.get();
     }
-    model::KvCache kv(e_.config(), loops_, T, window_, e_.kv_dtype(), &e_.model().memory());
-    e_.model().forward(ids.data(), T, kv, model::LogitRows::Last, logits);
+    for (int64_t done = 0; done < n_new;) {
+      std::vector<StepPart> parts(1);
+      parts[0].kv = kv;
+      parts[0].n = e_.model().max_chunk(*kv, n_new - done);
+      parts[0].tokens = ids.data() + T - n_new + done;
+      parts[0].loops = loops_;
+      done += parts[0].n;
+      parts[0].want_logits = done == n_new;
+      run_step(e_.model(), parts, scratch_);
+      if (done == n_new) logits.swap(parts[0].logits);
+    }
   }
 
  private:
   const Engine& e_;
   int64_t loops_, window_;
   std::unique_ptr<model::KvCache> kv_;
+  StepScratch scratch_;
 };
 
-bool is_eos(const ModelConfig& c, int32_t id) {
-  for (int64_t e : c.eos_ids)
-    if (e == id) return true;
-  return false;
-}
-
 // The decode loop shared by generate() and generate_after_prefill(): `logits` [V] follow
-// the prompt, which `source` already holds.
+// the prompt, which `source` already holds. Sampling and stopping: SequenceDecoder.
 GenerateResult decode(const Engine& engine, const GenerateRequest& req, int64_t loops,
                       LogitSource& source, std::vector<float> logits, Clock::time_point t0,
                       double prefill_ms, const TokenCallback& on_token) {
-  const ModelConfig& c = engine.config();
-  const StopMatcher stops(req.stop_sequences, c.vocab_size);
-  Rng rng = req.seed ? Rng(*req.seed) : Rng::from_entropy();
-
+  SequenceDecoder dec(engine.config(), req);
   GenerateResult res;
   res.prefill_ms = prefill_ms;
-  Clock::time_point first_done;
+  Clock::time_point first_done = Clock::now();
   res.tokens = req.prompt;
-  std::vector<int32_t> emitted;
-  SeenSet seen(c.vocab_size);
-  for (int32_t id : req.prompt) seen.add(id);
   int64_t depth = loops;  // iterations behind `logits`: the prefill never exits early
-
-  GrammarCursor grammar(req.grammar, c);
-
   while (true) {
-    // Order (DESIGN.md section 4): penalty -> grammar mask -> temperature/top-k/top-p/sample.
-    apply_repetition_penalty(logits.data(), c.vocab_size, seen.ids(), req.sampling.repetition_penalty);
-    if (!grammar.mask(logits.data())) break;  // a full match nothing can extend
-    const int32_t tok = sample_next(logits.data(), c.vocab_size, req.sampling, seen.ids(), rng,
-                                    /*apply_penalty=*/false);
-    res.tokens.push_back(tok);
-    res.loops_per_token.push_back(depth);
-    emitted.push_back(tok);
-    seen.add(tok);
-    const bool keep_going = on_token ? on_token(tok) : true;
-    if (emitted.size() == 1) {
+    const std::optional<int32_t> tok = dec.choose(logits.data());
+    if (!tok) break;  // the grammar's full match, nothing can extend it
+    res.tokens.push_back(*tok);
+    const FinishReason why = dec.emit(*tok, depth);
+    const bool keep_going = on_token ? on_token(*tok) : true;
+    if (dec.emitted().size() == 1) {
       first_done = Clock::now();
       res.first_token_ms = ms_since(t0);
     }
-    if (!keep_going || static_cast<int64_t>(emitted.size()) >= req.max_tokens) break;
-    if (req.stop_at_eos && is_eos(c, tok)) break;
-    if (grammar.active()) {
-      if (is_eos(c, tok)) break;  // EOS was allowed: the output is a full match
-      grammar.advance(tok);
-      if (grammar.finished()) break;  // the grammar admits no more bytes
+    if (!keep_going) {
+      if (why == FinishReason::None) dec.finish(FinishReason::Callback);
+      break;
     }
-    if (stops.matches(emitted)) break;
+    if (why != FinishReason::None) break;
     depth = source.step(res.tokens, req.early_exit, logits);
   }
-  res.tokens_emitted = static_cast<int64_t>(emitted.size());
+  res.tokens_emitted = static_cast<int64_t>(dec.emitted().size());
+  res.loops_per_token = dec.depths();
+  res.finish_reason = dec.reason();
   res.decode_steady_ms = ms_since(first_done);
   return res;
 }

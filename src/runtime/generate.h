@@ -31,6 +31,20 @@ struct GenerateRequest {
   std::shared_ptr<const grammar::Grammar> grammar;  // constrained decoding; null = none
 };
 
+// Why a sequence stopped. None while it runs.
+enum class FinishReason {
+  None,
+  Length,     // max_tokens emitted
+  Eos,        // the model's EOS id was emitted (kept in the output)
+  Stop,       // a stop sequence was emitted (kept)
+  Grammar,    // the grammar admits nothing more (a full match)
+  Callback,   // the caller's token callback returned false
+  Cancelled,  // cancelled by the caller (serving engine)
+  Timeout,    // the request's deadline passed (serving engine)
+  Error,      // failed; the engine reports the message
+};
+const char* finish_reason_name(FinishReason r);  // "length", "eos", "stop", ...
+
 struct GenerateResult {
   std::vector<int32_t> tokens;   // prompt followed by the emitted tokens
   double prefill_ms = 0;         // the prompt's forward
@@ -41,6 +55,7 @@ struct GenerateResult {
   // the first comes from the prefill (always `loops`), the rest from decode steps, which
   // early exit may stop sooner.
   std::vector<int64_t> loops_per_token;
+  FinishReason finish_reason = FinishReason::None;  // why generation ended
   double mean_loops() const;
 };
 

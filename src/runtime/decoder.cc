@@ -1,0 +1,64 @@
+#include "runtime/decoder.h"
+
+namespace tinyloop::runtime {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::None: return "none";
+    case FinishReason::Length: return "length";
+    case FinishReason::Eos: return "eos";
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Grammar: return "grammar";
+    case FinishReason::Callback: return "callback";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Timeout: return "timeout";
+    case FinishReason::Error: return "error";
+  }
+  return "none";
+}
+
+SequenceDecoder::SequenceDecoder(const ModelConfig& c, const GenerateRequest& req)
+    : c_(c),
+      sampling_(req.sampling),
+      max_tokens_(req.max_tokens),
+      stop_at_eos_(req.stop_at_eos),
+      stops_(req.stop_sequences, c.vocab_size),
+      rng_(req.seed ? Rng(*req.seed) : Rng::from_entropy()),
+      grammar_(req.grammar, c),
+      seen_mark_(static_cast<size_t>(c.vocab_size), 0) {
+  for (int32_t id : req.prompt)
+    if (!seen_mark_[size_t(id)]) seen_mark_[size_t(id)] = 1, seen_.push_back(id);
+}
+
+bool SequenceDecoder::is_eos(int32_t id) const {
+  for (int64_t e : c_.eos_ids)
+    if (e == id) return true;
+  return false;
+}
+
+std::optional<int32_t> SequenceDecoder::choose(float* logits) {
+  // Order (DESIGN.md section 4): penalty -> grammar mask -> temperature/top-k/top-p/sample.
+  apply_repetition_penalty(logits, c_.vocab_size, seen_, sampling_.repetition_penalty);
+  if (!grammar_.mask(logits)) {  // a full match nothing can extend
+    reason_ = FinishReason::Grammar;
+    return std::nullopt;
+  }
+  return sample_next(logits, c_.vocab_size, sampling_, seen_, rng_, /*apply_penalty=*/false);
+}
+
+FinishReason SequenceDecoder::emit(int32_t tok, int64_t depth) {
+  emitted_.push_back(tok);
+  depths_.push_back(depth);
+  if (!seen_mark_[size_t(tok)]) seen_mark_[size_t(tok)] = 1, seen_.push_back(tok);
+  if (static_cast<int64_t>(emitted_.size()) >= max_tokens_) return reason_ = FinishReason::Length;
+  if (stop_at_eos_ && is_eos(tok)) return reason_ = FinishReason::Eos;
+  if (grammar_.active()) {
+    if (is_eos(tok)) return reason_ = FinishReason::Eos;  // EOS was allowed: a full match
+    grammar_.advance(tok);
+    if (grammar_.finished()) return reason_ = FinishReason::Grammar;
+  }
+  if (stops_.matches(emitted_)) return reason_ = FinishReason::Stop;
+  return FinishReason::None;
+}
+
+}  // namespace tinyloop::runtime

@@ -1,0 +1,56 @@
+// What turns a sequence's logits into its next token and decides when it ends: the one
+// place for the repetition penalty, the grammar mask, sampling, EOS, stop sequences and
+// max_tokens (DESIGN.md section 4). generate(), generate_stream(), resume, the prefix paths
+// and every request of the serving engine decode through it, so these rules cannot drift
+// apart between entry points.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "runtime/generate.h"
+#include "runtime/grammar_step.h"
+#include "runtime/sampler.h"
+
+namespace tinyloop::runtime {
+
+class SequenceDecoder {
+ public:
+  // req must be valid (validate()); the prompt seeds the repetition penalty's set.
+  SequenceDecoder(const ModelConfig& c, const GenerateRequest& req);
+
+  // The next token from logits [V] (modified in place): repetition penalty -> grammar mask
+  // -> temperature / top-k / top-p -> sample (greedy consumes no random draw). nullopt when
+  // the grammar has reached a full match that nothing can extend on a model without EOS:
+  // the sequence ends there (reason() == Grammar) without a token.
+  std::optional<int32_t> choose(float* logits);
+  // Records a token emitted after `depth` loop iterations and returns why the sequence must
+  // stop after it (None: go on). Checks, in order: max_tokens, EOS, the grammar, stop
+  // sequences.
+  FinishReason emit(int32_t token, int64_t depth);
+  // Ends the sequence for a reason from outside (callback, cancel, timeout, error).
+  void finish(FinishReason r) { reason_ = r; }
+
+  bool finished() const { return reason_ != FinishReason::None; }
+  FinishReason reason() const { return reason_; }
+  const std::vector<int32_t>& emitted() const { return emitted_; }
+  const std::vector<int64_t>& depths() const { return depths_; }  // [emitted] loops behind each
+  int64_t max_tokens() const { return max_tokens_; }
+
+ private:
+  bool is_eos(int32_t id) const;
+  const ModelConfig& c_;
+  SamplingParams sampling_;
+  int64_t max_tokens_;
+  bool stop_at_eos_;
+  StopMatcher stops_;
+  Rng rng_;
+  GrammarCursor grammar_;
+  std::vector<uint8_t> seen_mark_;  // [V] 1 = in prompt + output
+  std::vector<int32_t> seen_;       // distinct ids of prompt + output (the penalty's set)
+  std::vector<int32_t> emitted_;
+  std::vector<int64_t> depths_;
+  FinishReason reason_ = FinishReason::None;
+};
+
+}  // namespace tinyloop::runtime
