@@ -19,6 +19,7 @@ void bind_prefix_pool(py::module_& m, ModelClass& cls);
 void bind_speculative(py::module_& m, ModelClass& cls);
 void bind_beam(py::module_& m, ModelClass& cls);
 void bind_grammar(py::module_& m);
+void bind_serving(py::module_& m);
 }  // namespace tinyloop::py_bind
 
 namespace py = pybind11;
@@ -53,4 +54,5 @@ PYBIND11_MODULE(tinyloop_py, m) {
   bind_speculative(m, cls);
   bind_beam(m, cls);
   bind_grammar(m);
+  bind_serving(m);
 }

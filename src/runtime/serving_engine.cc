@@ -146,21 +146,26 @@ void ServingEngine::finish(Sequence* s, FinishReason reason, const std::string& 
   r.first_token_ms = r.tokens.empty() ? 0.0 : ms_between(s->arrival, s->first_token);
   r.total_ms = ms_between(s->arrival, now);
   r.preemptions = s->preemptions;
-  try {
-    s->sink->on_finish(r);
-  } catch (...) {
-    // A sink that throws must not take the engine down; the request is over either way.
-  }
-  s->kv.reset();  // blocks back to the pool now
+  // The sequence (and its blocks) and the counters first: whoever waits on the sink sees
+  // the pool and the stats already reflect the end.
+  std::shared_ptr<RequestSink> sink = s->sink;
+  const uint64_t id = s->id;
+  scheduler_.remove(s);  // destroys s
   {
     std::lock_guard<std::mutex> lock(mu_);
-    live_.erase(s->id);
+    live_.erase(id);
     ++stats_.requests_finished;
     if (reason == FinishReason::Cancelled) ++stats_.requests_cancelled;
     if (reason == FinishReason::Error) ++stats_.requests_failed;
     if (reason == FinishReason::Timeout) ++stats_.requests_timed_out;
+    stats_.running = scheduler_.running();
+    stats_.waiting = scheduler_.waiting();
   }
-  scheduler_.remove(s);
+  try {
+    sink->on_finish(r);
+  } catch (...) {
+    // A sink that throws must not take the engine down; the request is over either way.
+  }
 }
 
 void ServingEngine::step() {
@@ -201,7 +206,6 @@ void ServingEngine::step() {
     for (const PlannedPart& p : plan) finish(p.seq, FinishReason::Error, e.what());
     return;
   }
-  int64_t generated = 0, loops_run = 0;
   const auto after = SteadyClock::now();
   for (size_t i = 0; i < plan.size(); ++i) {
     if (!plan[i].want_logits) continue;
@@ -216,8 +220,11 @@ void ServingEngine::step() {
       s.tokens.push_back(*tok);
       why = s.decoder.emit(*tok, parts[i].depth);
       if (s.decoder.emitted().size() == 1) s.first_token = after;
-      ++generated;
-      loops_run += parts[i].depth;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.generated_tokens;
+        stats_.loops_run += parts[i].depth;
+      }
       s.sink->on_token(*tok, parts[i].depth);
     } catch (const std::exception& e) {
       finish(&s, FinishReason::Error, e.what());
@@ -228,8 +235,6 @@ void ServingEngine::step() {
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.steps;
   stats_.step_rows += rows;
-  stats_.generated_tokens += generated;
-  stats_.loops_run += loops_run;
   stats_.running = scheduler_.running();
   stats_.waiting = scheduler_.waiting();
 }
