@@ -75,7 +75,7 @@ class LlamaBatchPeer:
     """One llama.cpp model and one context serving up to n_seq_max sequences at once."""
 
     def __init__(self, gguf_path: str, n_seq_max: int, n_threads: int, n_ctx_per_seq: int = 512,
-                 n_batch: int = 512, flash_attn: str = "auto"):
+                 n_batch: int = 512, flash_attn: str = "auto", kv_unified: bool = False):
         self.n_seq_max, self.n_batch = n_seq_max, n_batch
         # Llama for loading only (it runs llama_backend_init and silences llama.cpp's log with
         # verbose=False). Its own context is unused, so it is made as small as it gets.
@@ -85,9 +85,10 @@ class LlamaBatchPeer:
 
         p = llama_cpp.llama_context_default_params()
         p.n_seq_max = n_seq_max
-        # Not unified: one KV stream per sequence, n_ctx / n_seq_max cells each (llama.cpp pads
-        # that to a multiple of 256 and rounds n_ctx to match).
-        p.kv_unified = False
+        # Not unified (the default): one KV stream per sequence, n_ctx / n_seq_max cells each
+        # (llama.cpp pads that to a multiple of 256 and rounds n_ctx to match). Unified: one pool
+        # of n_ctx cells shared by all, each token attending (masked) over every used cell.
+        p.kv_unified = kv_unified
         p.n_ctx = n_seq_max * n_ctx_per_seq
         # A decode step holds n_seq_max tokens in one llama_decode, which llama.cpp requires to
         # fit n_batch (asserted) and, to stay one graph, n_ubatch.
@@ -278,6 +279,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ctx-per-seq", type=int, default=512,
                     help="KV cells per sequence (at least prompt + n_new; default 512)")
     ap.add_argument("--flash-attn", choices=sorted(FLASH_ATTN), default="auto")
+    ap.add_argument("--kv-unified", action="store_true",
+                    help="one KV pool shared by all sequences (default: one stream per sequence)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--check", action="store_true",
                     help="also compare batched against one-at-a-time greedy outputs")
@@ -292,12 +295,14 @@ def main(argv=None) -> int:
     print(f"llama.cpp (llama-cpp-python {llama_cpp.__version__}) batched serving: "
           f"{os.path.basename(path)}; CPU {cpu_name()}, {args.threads} threads; "
           f"prompt {args.prompt_len}, {args.n_new} new tokens per sequence, greedy; "
-          f"n_batch {args.n_batch}, flash_attn {args.flash_attn}, {args.reps} rep(s)", flush=True)
+          f"n_batch {args.n_batch}, flash_attn {args.flash_attn}, "
+          f"KV {'unified' if args.kv_unified else 'one stream per sequence'}, {args.reps} rep(s)", flush=True)
 
     rows = []
     prompts = None
     for c in args.concurrency:
-        with LlamaBatchPeer(path, c, args.threads, ctx_per_seq, args.n_batch, args.flash_attn) as peer:
+        with LlamaBatchPeer(path, c, args.threads, ctx_per_seq, args.n_batch, args.flash_attn,
+                            args.kv_unified) as peer:
             if prompts is None:  # sequence i has the same prompt at every concurrency
                 rng = np.random.default_rng(args.seed)
                 prompts = rng.integers(10, peer.n_vocab, size=(cmax, args.prompt_len)).tolist()
@@ -319,7 +324,8 @@ def main(argv=None) -> int:
 
     if args.check:
         n = args.check_seqs
-        with LlamaBatchPeer(path, n, args.threads, ctx_per_seq, args.n_batch, args.flash_attn) as peer:
+        with LlamaBatchPeer(path, n, args.threads, ctx_per_seq, args.n_batch, args.flash_attn,
+                            args.kv_unified) as peer:
             got = check(peer, prompts[:n], args.n_new)
         print(f"\ncheck: {got['agree']}/{got['n']} sequences identical batched ({n} at once) and "
               f"alone, {args.n_new} greedy tokens each; first divergences at "

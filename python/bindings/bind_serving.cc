@@ -235,6 +235,11 @@ py::dict stats_dict(const runtime::ServingStats& s) {
   d["mean_batch_rows"] = s.mean_batch_rows();
   d["mean_loops"] = s.mean_loops();
   d["preemptions"] = s.preemptions;
+  d["prefix_queries"] = s.prefix_queries;
+  d["prefix_hits"] = s.prefix_hits;
+  d["prefix_hit_tokens"] = s.prefix_hit_tokens;
+  d["prefix_cached_positions"] = s.prefix_cached_positions;
+  d["kv_blocks_cached"] = s.kv_blocks_cached;
   return d;
 }
 
@@ -372,7 +377,7 @@ The serving engine (docs/serving.md): many requests, one decode loop on its own 
 continuous batching over a paged KV pool.
 
 Engine(model, *, kv_budget_mb=1024, kv_block_size=32, max_num_seqs=64, max_batch_tokens=512,
-       prefill_chunk=256, max_queue=4096)
+       prefill_chunk=256, max_queue=4096, prefix_caching=True)
   model: a tl.Model (its weights and settings are shared, nothing is copied) or a path
     (opened with the Model defaults).
   kv_budget_mb: the KV pool, allocated at start; requests wait (and the latest may be
@@ -380,12 +385,16 @@ Engine(model, *, kv_budget_mb=1024, kv_block_size=32, max_num_seqs=64, max_batch
   kv_block_size: positions per KV block. max_num_seqs: requests running at once.
   max_batch_tokens: rows per forward step (decode rows + prompt chunk rows).
   prefill_chunk: prompt rows one request feeds per step (chunked prefill).
-  max_queue: waiting requests; submit raises RuntimeError("... queue is full") past it.
+  max_queue: waiting requests; submit raises tl.QueueFull (a RuntimeError) past it.
+  prefix_caching: keep the KV blocks of every prompt's whole blocks in the pool for later
+    requests with the same prefix (same loops; not with cache_window or kv_loop_slots):
+    exact, they skip that part of the prefill. Evicted (least recently used) before any
+    request is preempted.
 A request's tokens equal Model.generate's for the same arguments (greedy and seeded
 sampling), whatever else runs beside it.)doc")
       .def(py::init([](const py::object& model, double kv_budget_mb, int64_t kv_block_size,
                        int64_t max_num_seqs, int64_t max_batch_tokens, int64_t prefill_chunk,
-                       int64_t max_queue) {
+                       int64_t max_queue, bool prefix_caching) {
              std::shared_ptr<const runtime::Engine> e;
              if (py::isinstance<PyModel>(model)) {
                e = model.cast<std::shared_ptr<PyModel>>()->engine();
@@ -403,12 +412,14 @@ sampling), whatever else runs beside it.)doc")
              o.max_batch_tokens = max_batch_tokens;
              o.prefill_chunk = prefill_chunk;
              o.max_queue = max_queue;
+             o.prefix_caching = prefix_caching;
              py::gil_scoped_release nogil;
              return std::make_shared<PyServingEngine>(std::move(e), o);
            }),
            py::arg("model"), py::kw_only(), py::arg("kv_budget_mb") = 1024.0,
            py::arg("kv_block_size") = model::kDefaultBlockRows, py::arg("max_num_seqs") = 64,
-           py::arg("max_batch_tokens") = 512, py::arg("prefill_chunk") = 256, py::arg("max_queue") = 4096)
+           py::arg("max_batch_tokens") = 512, py::arg("prefill_chunk") = 256, py::arg("max_queue") = 4096,
+           py::arg("prefix_caching") = true)
       .def("submit",
            [](const PyServingEngine& self, const py::object& prompt, const py::object& params,
               const py::kwargs& kwargs) {
@@ -450,7 +461,11 @@ sampling), whatever else runs beside it.)doc")
       .def("stats", [](const PyServingEngine& self) { return stats_dict(self.get()->stats()); },
            "Counters: running, waiting, kv_blocks_used / kv_blocks_total / kv_block_bytes,\n"
            "requests_submitted / finished / cancelled / failed / timed_out, prompt_tokens,\n"
-           "generated_tokens, steps, step_rows, mean_batch_rows, mean_loops, preemptions.")
+           "generated_tokens, steps, step_rows, mean_batch_rows, mean_loops, preemptions; prefix\n"
+           "caching: prefix_queries, prefix_hits, prefix_hit_tokens, prefix_cached_positions,\n"
+           "kv_blocks_cached (pool blocks the cache holds; idle, kv_blocks_used equals it).")
+      .def("clear_prefix_cache", [](const PyServingEngine& self) { self.get()->clear_prefix_cache(); },
+           "Drops every cached prefix block (back to the pool at the engine's next turn).")
       .def("close", &PyServingEngine::close, py::arg("drain") = false,
            "Stops the engine: with drain=True requests in flight finish first, otherwise they end\n"
            "as 'cancelled'. Later calls raise RuntimeError('engine was closed').")

@@ -208,6 +208,36 @@ void KvCache::assign_from(const KvCache& src) {
   released_ = src.released_;
 }
 
+void KvCache::adopt_block(const KvCache& donor, int64_t b) {
+  if (layout_.shared() || donor.slot_count() != slot_count() || !(donor.block_ == block_) ||
+      donor.window_ != window_ || b < 0 || b >= std::min(n_blocks_, donor.n_blocks_))
+    throw std::logic_error("adopt_block: the donor does not match this cache");
+  if (length_ != b * block_.rows) throw std::logic_error("adopt_block: blocks must be adopted in order");
+  hold_pool(donor.pool_);
+  for (const KvPoolPtr& p : donor.held_) hold_pool(p);
+  for (int64_t s = 0; s < slot_count(); ++s) {
+    const Ref& r = donor.refs_[size_t(s * donor.n_blocks_ + b)];
+    if (r.id < 0) throw std::logic_error("adopt_block: the donor does not hold the block");
+    r.pool->retain(r.id);
+    drop(s, b);
+    refs_[size_t(s * n_blocks_ + b)] = r;
+    table_[size_t(s * n_blocks_ + b)] = donor.table_[size_t(s * donor.n_blocks_ + b)];
+  }
+  length_ = (b + 1) * block_.rows;
+}
+
+void KvCache::drop_block(int64_t b) {
+  for (int64_t s = 0; s < slot_count(); ++s) drop(s, b);
+}
+
+bool KvCache::block_shared(int64_t b) const {
+  for (int64_t s = 0; s < slot_count(); ++s) {
+    const Ref& r = refs_[size_t(s * n_blocks_ + b)];
+    if (r.id >= 0 && r.pool->shared(r.id)) return true;
+  }
+  return false;
+}
+
 void KvCache::share_prefix(const KvCache& prefix) {
   if (layout_.shared() || prefix.layout().shared())
     throw std::invalid_argument(

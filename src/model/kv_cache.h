@@ -100,6 +100,7 @@ class KvCache {
   int64_t window() const { return window_; }
   ops::KvDType dtype() const { return block_.dtype; }
   int64_t block_rows() const { return block_.rows; }
+  int64_t block_count() const { return n_blocks_; }  // table entries per slot
   const KvBlockLayout& block_layout() const { return block_; }
   const KvPoolPtr& pool() const { return pool_; }
   // Positions written so far; the next token goes to this absolute position.
@@ -145,6 +146,14 @@ class KvCache {
   // layout is refused (a prefix's shared groups hold its last iteration, where a forward of
   // the whole text sees each iteration's own K/V).
   void share_prefix(const KvCache& prefix);
+  // Automatic prefix caching (runtime/prefix_index.h): share block b of every slot from
+  // `donor`, a cache of the same shape holding the same token prefix. Needs
+  // length() == b * block_rows() and sets it to (b + 1) * block_rows().
+  void adopt_block(const KvCache& donor, int64_t b);
+  // Drops block b of every slot (a donor giving up one cached block).
+  void drop_block(int64_t b);
+  // True when block b of some slot is also held elsewhere (dropping it frees nothing).
+  bool block_shared(int64_t b) const;
   // Beam search: make this cache hold exactly src's positions by sharing src's blocks
   // (dropping its own). Same shape required.
   void assign_from(const KvCache& src);

@@ -61,11 +61,22 @@ int64_t Scheduler::max_blocks(const GenerateRequest& r, int64_t loops) const {
   return layout.count() * per_slot;
 }
 
-void Scheduler::ensure_cache(Sequence& s) const {
-  if (s.kv) return;
-  s.kv = std::make_unique<model::KvCache>(e_.config(), s.loops, s.prompt_len() + s.req.max_tokens,
-                                          s.req.cache_window, e_.kv_dtype(), &e_.model().memory(), 0,
-                                          s.req.kv_loop_slots, pool_);
+void Scheduler::ensure_cache(Sequence& s) {
+  if (!s.kv)
+    s.kv = std::make_unique<model::KvCache>(e_.config(), s.loops, s.prompt_len() + s.req.max_tokens,
+                                            s.req.cache_window, e_.kv_dtype(), &e_.model().memory(), 0,
+                                            s.req.kv_loop_slots, pool_);
+  if (opts_.prefix_caching && s.computed() == 0) index_.adopt(s);
+}
+
+bool Scheduler::make_room(int64_t n) {
+  while (!pool_->can_allocate(n))
+    if (!index_.evict_one()) return false;
+  return true;
+}
+
+void Scheduler::prompt_done(const Sequence& s) {
+  if (opts_.prefix_caching) index_.insert(s);
 }
 
 PlannedPart Scheduler::next_part(Sequence& s, int64_t budget, bool first) const {
@@ -163,7 +174,7 @@ std::vector<PlannedPart> Scheduler::plan(SteadyClock::time_point now, std::vecto
     if (p.n == 0) continue;
     const int64_t end = s.computed() + p.n;
     bool self_preempted = false;
-    while (!pool_->can_allocate(s.kv->blocks_needed(end))) {
+    while (!make_room(s.kv->blocks_needed(end))) {
       if (!preempt_latest(parts, &s)) {  // nobody else to take from: s waits itself
         preempt_latest(parts, nullptr);
         self_preempted = true;
@@ -192,7 +203,7 @@ std::vector<PlannedPart> Scheduler::plan(SteadyClock::time_point now, std::vecto
     const int64_t end = s.computed() + p.n;
     const int64_t need = s.kv->blocks_needed(end);
     // With nothing running the request must go (it fits the pool: checked at submit).
-    if (!pool_->can_allocate(need + (running_.empty() ? 0 : watermark))) break;
+    if (!make_room(need + (running_.empty() ? 0 : watermark))) break;
     s.kv->reserve(end);
     if (!s.scheduled.time_since_epoch().count()) s.scheduled = now;
     std::unique_ptr<Sequence> owned = std::move(waiting_[w]);

@@ -20,6 +20,7 @@
 
 #include "model/kv_pool.h"
 #include "runtime/engine.h"
+#include "runtime/prefix_index.h"
 #include "runtime/sequence.h"
 
 namespace tinyloop::runtime {
@@ -28,6 +29,7 @@ struct SchedulerOptions {
   int64_t max_num_seqs = 64;       // sequences running at once
   int64_t max_batch_tokens = 512;  // rows per step (decode rows + prompt chunk rows)
   int64_t prefill_chunk = 256;     // prompt rows one sequence feeds per step
+  bool prefix_caching = true;      // share cached prompt blocks (prefix_index.h)
 };
 
 // One sequence's rows in the next step.
@@ -56,6 +58,10 @@ class Scheduler {
   std::vector<PlannedPart> plan(SteadyClock::time_point now, std::vector<Dropped>& dropped);
   // Forgets a sequence (finished); its KV blocks go back to the pool.
   void remove(Sequence* s);
+  // s's cache now holds its whole prompt: index its blocks for later requests.
+  void prompt_done(const Sequence& s);
+  PrefixIndex& prefix_index() { return index_; }
+  const PrefixIndex& prefix_index() const { return index_; }
 
   bool idle() const { return running_.empty() && waiting_.empty(); }
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
@@ -72,8 +78,11 @@ class Scheduler {
  private:
   // The rows `s` feeds next within `budget` rows (n == 0: none this step).
   PlannedPart next_part(Sequence& s, int64_t budget, bool first) const;
-  // Makes sure s has a cache (from the pool).
-  void ensure_cache(Sequence& s) const;
+  // Makes sure s has a cache (from the pool), sharing cached prompt blocks when it is empty.
+  void ensure_cache(Sequence& s);
+  // Frees blocks until n can be allocated: cached prefix blocks first. False when the
+  // cache has nothing more to give.
+  bool make_room(int64_t n);
   // Drops the blocks of the latest-arrived running sequence other than the planned ones
   // and moves it back to waiting. Returns it (null when there is none to take).
   Sequence* preempt_latest(const std::vector<PlannedPart>& planned, const Sequence* except);
@@ -83,6 +92,7 @@ class Scheduler {
   SchedulerOptions opts_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in arrival order
   std::deque<std::unique_ptr<Sequence>> waiting_;   // in arrival order
+  PrefixIndex index_;
   int64_t preemptions_ = 0;
 };
 

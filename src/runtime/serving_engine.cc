@@ -32,6 +32,7 @@ SchedulerOptions scheduler_options(const ServingOptions& o) {
   s.max_num_seqs = o.max_num_seqs;
   s.max_batch_tokens = o.max_batch_tokens;
   s.prefill_chunk = o.prefill_chunk;
+  s.prefix_caching = o.prefix_caching;
   return s;
 }
 
@@ -118,18 +119,43 @@ ServingStats ServingEngine::stats() const {
   return s;
 }
 
+void ServingEngine::clear_prefix_cache() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    clear_cache_ = true;
+  }
+  cv_.notify_one();
+}
+
 void ServingEngine::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || !scheduler_.idle(); });
+      cv_.wait(lock, [&] { return stop_ || clear_cache_ || !inbox_.empty() || !scheduler_.idle(); });
       for (auto& s : inbox_) scheduler_.add(std::move(s));
       inbox_.clear();
+      if (clear_cache_) {
+        scheduler_.prefix_index().clear();
+        clear_cache_ = false;
+        publish_cache_stats();
+      }
       if (stop_ && (!drain_ || scheduler_.idle())) break;
     }
     step();
   }
   for (Sequence* s : scheduler_.all()) finish(s, FinishReason::Cancelled);
+  scheduler_.prefix_index().clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  publish_cache_stats();
+}
+
+void ServingEngine::publish_cache_stats() {
+  const PrefixIndexStats& p = scheduler_.prefix_index().stats();
+  stats_.prefix_queries = p.queries;
+  stats_.prefix_hits = p.hits;
+  stats_.prefix_hit_tokens = p.hit_tokens;
+  stats_.prefix_cached_positions = p.cached_blocks;
+  stats_.kv_blocks_cached = scheduler_.prefix_index().held_blocks();
 }
 
 void ServingEngine::finish(Sequence* s, FinishReason reason, const std::string& error) {
@@ -199,12 +225,18 @@ void ServingEngine::step() {
     p.want_logits = plan[i].want_logits;
     rows += p.n;
   }
+  std::vector<int64_t> before(plan.size());  // positions each held before the step
+  for (size_t i = 0; i < plan.size(); ++i) before[i] = plan[i].seq->computed();
   try {
     run_step(engine_->model(), parts, scratch_);
   } catch (const std::exception& e) {
     // The step's caches are in an unknown state: fail its requests, keep serving the rest.
     for (const PlannedPart& p : plan) finish(p.seq, FinishReason::Error, e.what());
     return;
+  }
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const Sequence& s = *plan[i].seq;
+    if (before[i] < s.prompt_len() && s.computed() >= s.prompt_len()) scheduler_.prompt_done(s);
   }
   const auto after = SteadyClock::now();
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -235,6 +267,7 @@ void ServingEngine::step() {
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.steps;
   stats_.step_rows += rows;
+  publish_cache_stats();
   stats_.running = scheduler_.running();
   stats_.waiting = scheduler_.waiting();
 }

@@ -32,6 +32,7 @@ struct ServingOptions {
   int64_t max_batch_tokens = 512;  // rows per step
   int64_t prefill_chunk = 256;     // prompt rows one sequence feeds per step
   int64_t max_queue = 4096;        // waiting requests; more are refused (QueueFull)
+  bool prefix_caching = true;      // keep prompt blocks for later requests (prefix_index.h)
 };
 
 // submit() when max_queue requests already wait, or after shutdown began.
@@ -50,6 +51,10 @@ struct ServingStats {
   int64_t steps = 0, step_rows = 0;  // forward steps run, rows over all of them
   int64_t loops_run = 0;             // loop iterations behind the generated tokens
   int64_t preemptions = 0;
+  // Automatic prefix caching: lookups, requests that shared blocks, prompt tokens not
+  // recomputed, cached block positions (one block per slot each) and pool blocks they hold.
+  int64_t prefix_queries = 0, prefix_hits = 0, prefix_hit_tokens = 0;
+  int64_t prefix_cached_positions = 0, kv_blocks_cached = 0;
   double mean_batch_rows() const { return steps ? double(step_rows) / double(steps) : 0.0; }
   double mean_loops() const { return generated_tokens ? double(loops_run) / double(generated_tokens) : 0.0; }
 };
@@ -77,12 +82,16 @@ class ServingEngine {
   void shutdown(bool drain);
 
   ServingStats stats() const;
+  // Drops every cached prefix block (they go back to the pool at the next step).
+  void clear_prefix_cache();
   const Engine& engine() const { return *engine_; }
   const ServingOptions& options() const { return opts_; }
 
  private:
   void loop();
   void step();
+  // Copies the prefix cache's counters into stats_ (mu_ held).
+  void publish_cache_stats();
   // Reports s finished (sink, counters) and forgets it.
   void finish(Sequence* s, FinishReason reason, const std::string& error = {});
 
@@ -97,7 +106,7 @@ class ServingEngine {
   std::vector<std::unique_ptr<Sequence>> inbox_;          // submitted, not yet scheduled
   std::unordered_map<uint64_t, Sequence*> live_;          // every unfinished request
   uint64_t next_id_ = 1;
-  bool accepting_ = true, stop_ = false, drain_ = false;
+  bool accepting_ = true, stop_ = false, drain_ = false, clear_cache_ = false;
   ServingStats stats_;  // counters, under mu_
   std::thread thread_;
 };

@@ -137,7 +137,7 @@ class ServingEngineTest : public ::testing::TestWithParam<std::string> {
     }
     const ServingStats st = eng.stats();
     EXPECT_EQ(st.requests_finished, n);
-    EXPECT_EQ(st.kv_blocks_used, 0);
+    EXPECT_EQ(st.kv_blocks_used, st.kv_blocks_cached);  // what is left is the prefix cache
     EXPECT_GT(st.mean_batch_rows(), 1.0);  // requests did share steps
     last_stats_ = st;
   }
@@ -215,7 +215,7 @@ TEST_P(ServingEngineTest, CancelTimeoutAndLimits) {
   const ServingStats st = eng.stats();
   EXPECT_EQ(st.requests_cancelled, 1);
   EXPECT_EQ(st.requests_timed_out, 1);
-  EXPECT_EQ(st.kv_blocks_used, 0);
+  EXPECT_EQ(st.kv_blocks_used, st.kv_blocks_cached);
   // The queue limit: one running (held at the gate), three waiting, the fifth refused.
   auto gate = std::make_shared<GateSink>();
   std::vector<uint64_t> ids = {eng.submit(r, gate)};
@@ -228,7 +228,7 @@ TEST_P(ServingEngineTest, CancelTimeoutAndLimits) {
   // Shutdown without drain cancels what is left; later submits are refused.
   eng.shutdown(false);
   EXPECT_THROW(eng.submit(r, a), QueueFull);
-  EXPECT_EQ(eng.stats().kv_blocks_used, 0);
+  EXPECT_EQ(eng.stats().kv_blocks_used, 0);  // shutdown also drops the prefix cache
 }
 
 TEST_P(ServingEngineTest, ShutdownWithDrainFinishesInFlight) {
@@ -248,6 +248,53 @@ TEST_P(ServingEngineTest, ShutdownWithDrainFinishesInFlight) {
   for (auto& s : sinks) {
     EXPECT_EQ(s->wait().finish_reason, FinishReason::Length);
     EXPECT_EQ(s->wait().tokens.size(), 12u);
+  }
+}
+
+// Automatic prefix caching: requests sharing a prompt prefix share its cached blocks (only
+// their own suffix is computed), outputs stay those of generate(); under a budget too small
+// to keep everything, cached blocks are evicted before anything is preempted.
+TEST_P(ServingEngineTest, PrefixCachingSharesPromptBlocks) {
+  std::mt19937_64 g(9);
+  std::vector<int32_t> system(37);
+  for (auto& t : system) t = int32_t(g() % 30);
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 10; ++i) {
+    GenerateRequest r;
+    r.prompt = system;
+    for (int k = 0; k < 1 + i % 4; ++k) r.prompt.push_back(int32_t(g() % 30));
+    r.max_tokens = 6;
+    r.loops = 2 + i % 2;
+    r.stop_at_eos = false;
+    if (i == 9) r.cache_window = 8;  // windows never share: computed in full
+    reqs.push_back(r);
+  }
+  for (double budget : {16.0, 0.0}) {
+    ServingOptions o;
+    o.kv_block_size = 8;
+    const model::KvBlockLayout layout(engine_->config(), engine_->kv_dtype(), 8);
+    // 0: room for two requests of 8 slots x 6 blocks: the cache must give blocks back.
+    o.kv_budget_mb = budget > 0 ? budget : double(layout.bytes) * 8 * 6 * 2 / double(1 << 20);
+    ServingEngine eng(engine_, o);
+    for (const auto& r : reqs) {  // one after the other: each finds the earlier ones' blocks
+      auto sink = std::make_shared<CollectSink>();
+      eng.submit(r, sink);
+      const RequestResult& got = sink->wait();
+      const GenerateResult want = generate(*engine_, r);
+      ASSERT_EQ(got.tokens, std::vector<int32_t>(want.tokens.begin() + int64_t(r.prompt.size()), want.tokens.end()));
+    }
+    const ServingStats st = eng.stats();
+    EXPECT_EQ(st.prefix_queries, 9);  // the windowed request does not look
+    // loops 2 and 3 cache separately: 8 of the 10 requests find 4 whole blocks of the 37
+    // shared tokens (32 positions) computed by an earlier one of the same depth.
+    EXPECT_EQ(st.prefix_hits, 7);
+    EXPECT_EQ(st.prefix_hit_tokens, 7 * 32);
+    EXPECT_EQ(st.kv_blocks_used, st.kv_blocks_cached);
+    if (budget == 0) EXPECT_EQ(st.preemptions, 0);
+    eng.clear_prefix_cache();
+    for (int i = 0; i < 1000 && eng.stats().kv_blocks_used > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(eng.stats().kv_blocks_used, 0);
   }
 }
 

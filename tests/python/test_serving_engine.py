@@ -61,7 +61,7 @@ def test_batched_requests_equal_generate_alone(test_models, kv_mode):
             assert out.tokens == want["tokens"][len(p):], kw
             assert out.loops_per_token == want["loops_per_token"], kw
         assert stats["requests_finished"] == len(reqs)
-        assert stats["kv_blocks_used"] == 0
+        assert stats["kv_blocks_used"] == stats["kv_blocks_cached"]
         assert stats["mean_batch_rows"] > 1.5  # requests shared steps
         assert 1 <= stats["mean_loops"] <= 5
 
@@ -268,8 +268,31 @@ def test_async_engine_streams_without_blocking_the_loop():
         while text.engine.stats()["running"] and time.time() < deadline:
             time.sleep(0.01)
         stats = text.engine.stats()
-        assert stats["requests_cancelled"] == 1 and stats["kv_blocks_used"] == 0
+        assert stats["requests_cancelled"] == 1
+        assert stats["kv_blocks_used"] == stats["kv_blocks_cached"]
         text.close()
+
+
+def test_prefix_caching_reuses_prompt_blocks_exactly():
+    with tl.Model(BUNDLED) as model:
+        system = list(range(100, 170))  # 70 shared tokens: two whole 32-position blocks
+        prompts = [system + [200 + i, 300 + i] for i in range(6)]
+        with tl.Engine(model, kv_budget_mb=32) as eng:
+            outs = [eng.submit(p, max_tokens=8).result() for p in prompts]
+            st = eng.stats()
+            assert st["prefix_hits"] == 5 and st["prefix_hit_tokens"] == 5 * 64
+            assert st["kv_blocks_cached"] > 0 and st["kv_blocks_used"] == st["kv_blocks_cached"]
+            eng.clear_prefix_cache()
+            deadline = time.time() + 10
+            while eng.stats()["kv_blocks_used"] and time.time() < deadline:
+                time.sleep(0.01)
+            assert eng.stats()["kv_blocks_used"] == 0
+        for p, o in zip(prompts, outs):
+            assert o.tokens == model.generate(p, max_tokens=8)[len(p):]
+        with tl.Engine(model, kv_budget_mb=32, prefix_caching=False) as eng:
+            for p in prompts:
+                eng.submit(p, max_tokens=2).result()
+            assert eng.stats()["prefix_hits"] == 0 and eng.stats()["kv_blocks_used"] == 0
 
 
 def _rss_mb():
@@ -299,6 +322,7 @@ def test_many_requests_leave_kv_and_rss_flat():
             wave(300)
         after = _rss_mb()
         stats = eng.stats()
-        assert stats["kv_blocks_used"] == 0 and stats["running"] == 0 and stats["waiting"] == 0
+        assert stats["kv_blocks_used"] == stats["kv_blocks_cached"]
+        assert stats["running"] == 0 and stats["waiting"] == 0
         assert stats["requests_finished"] == 1500 and stats["requests_cancelled"] > 0
         assert after - before < 8, (before, after)
