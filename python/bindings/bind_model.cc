@@ -19,16 +19,6 @@
 namespace tinyloop::py_bind {
 namespace {
 
-// grammar=None | tl.Grammar (with its token vocabulary set; checked by the runtime).
-std::shared_ptr<const grammar::Grammar> to_grammar(const py::object& obj) {
-  if (obj.is_none()) return nullptr;
-  try {
-    return obj.cast<std::shared_ptr<grammar::Grammar>>();
-  } catch (const py::cast_error&) {
-    throw py::value_error("grammar must be a tinyloop_py.Grammar or None");
-  }
-}
-
 const char* name_of(NormType v) { return v == NormType::RMSNorm ? "rmsnorm" : "layernorm"; }
 const char* name_of(NormPlacement v) {
   return v == NormPlacement::Pre ? "pre" : v == NormPlacement::HuginnSandwich ? "huginn_sandwich" : "ouro_sandwich";

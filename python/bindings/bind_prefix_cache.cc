@@ -53,7 +53,7 @@ and the cache serves calls with that window only (docs/prefix-cache.md).)doc")
               std::optional<int64_t> cache_window, double repetition_penalty, const py::object& stop_sequences,
               int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
               int64_t early_exit_peek_every, double early_exit_logit_margin, std::optional<uint64_t> seed,
-              bool stop_at_eos) {
+              bool stop_at_eos, const py::object& grammar, int64_t kv_loop_slots) {
              auto e = self.engine();
              if (&cache.c->engine() != e.get())
                throw py::value_error("cache: built by a different Model");
@@ -66,6 +66,8 @@ and the cache serves calls with that window only (docs/prefix-cache.md).)doc")
                           stop_sequences, seed, stop_at_eos);
              req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
                                                 early_exit_peek_every, early_exit_logit_margin);
+             req.grammar = to_grammar(grammar);
+             req.kv_loop_slots = kv_loop_slots;
              runtime::GenerateResult res;
              {
                py::gil_scoped_release nogil;
@@ -80,13 +82,15 @@ and the cache serves calls with that window only (docs/prefix-cache.md).)doc")
            py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3,
            py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
            py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
+           py::arg("grammar") = py::none(), py::arg("kv_loop_slots") = 0,
            R"doc(Decode prefix + suffix off a PrefixCache: prefills only the suffix (which may be
 empty), then decodes as generate(prefix + suffix, ...) would; returns the same List[int]
 (prefix + suffix + new tokens). loops defaults to cache.loops; any other value raises
 RuntimeError('loops mismatch ...'). cache_window defaults to cache.cache_window; any other
 value raises ValueError('cache_window mismatch ...'). ValueError when the cache comes from
-another Model, or for any argument generate() rejects. beam_size and grammar are not accepted
-here. The cache is not modified.)doc");
+another Model, or for any argument generate() rejects. grammar: as generate(). kv_loop_slots > 0
+raises ValueError (the prefix was computed with one slot group per iteration). beam_size is not
+accepted here. The cache is not modified.)doc");
 }
 
 }  // namespace tinyloop::py_bind

@@ -102,7 +102,7 @@ the pool's max_bytes.)doc")
               int64_t cache_window, double repetition_penalty, const py::object& stop_sequences,
               int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
               int64_t early_exit_peek_every, double early_exit_logit_margin, std::optional<uint64_t> seed,
-              bool stop_at_eos) {
+              bool stop_at_eos, const py::object& grammar, int64_t kv_loop_slots) {
              auto e = self.engine();
              runtime::GenerateRequest req;
              req.prompt = to_ids(prompt, "prompt");
@@ -110,6 +110,8 @@ the pool's max_bytes.)doc")
                           repetition_penalty, stop_sequences, seed, stop_at_eos);
              req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
                                                 early_exit_peek_every, early_exit_logit_margin);
+             req.grammar = to_grammar(grammar);
+             req.kv_loop_slots = kv_loop_slots;
              runtime::GenerateResult res;
              {
                py::gil_scoped_release nogil;
@@ -124,12 +126,13 @@ the pool's max_bytes.)doc")
            py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3,
            py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
            py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
+           py::arg("grammar") = py::none(), py::arg("kv_loop_slots") = 0,
            R"doc(generate(prompt, ...) that prefills only what follows the longest prefix of `prompt`
 registered in `pool` at these loops (default config()["default_loops"]), cache_window and this
 Model's KV mode; returns exactly what generate() returns (prompt + new tokens). A miss (no registered
 prefix, or the prompt diverges inside every one) is a plain generate(); nothing is registered
 by this call. Counts a hit or a miss in the pool's statistics. Same keyword arguments and
-errors as generate_from_prefix_cache (beam_size and grammar are not accepted).)doc");
+errors as generate_from_prefix_cache (grammar as generate(); beam_size is not accepted).)doc");
 }
 
 }  // namespace tinyloop::py_bind

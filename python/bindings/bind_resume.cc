@@ -61,7 +61,7 @@ ResumeHandle.)doc")
               int64_t cache_window, double repetition_penalty, const py::object& stop_sequences,
               int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
               int64_t early_exit_peek_every, double early_exit_logit_margin, std::optional<uint64_t> seed,
-              bool stop_at_eos) {
+              bool stop_at_eos, const py::object& grammar, int64_t kv_loop_slots) {
              auto e = self.engine();
              if (&handle.h->engine() != e.get())
                throw py::value_error("handle: built by a different Model");
@@ -70,6 +70,8 @@ ResumeHandle.)doc")
                           cache_window, repetition_penalty, stop_sequences, seed, stop_at_eos);
              req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
                                                 early_exit_peek_every, early_exit_logit_margin);
+             req.grammar = to_grammar(grammar);
+             req.kv_loop_slots = kv_loop_slots;
              runtime::GenerateResult res;
              {
                py::gil_scoped_release nogil;
@@ -84,12 +86,14 @@ ResumeHandle.)doc")
            py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3,
            py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
            py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
+           py::arg("grammar") = py::none(), py::arg("kv_loop_slots") = 0,
            R"doc(Decode from a ResumeHandle at loops = L2 (default handle.loops_used): runs only
 iterations loops_used .. L2-1 on the prompt positions (no prelude, no earlier iterations), then
 reads out and decodes exactly as generate(prompt, loops=L2, ...) would, so the tokens are the
 same. Returns prompt + new tokens (List[int]). The handle is not modified. ValueError when L2 is
 outside [handle.loops_used, handle.max_loops], max_tokens (default handle.max_tokens) exceeds
-handle.max_tokens, cache_window != 0, or for any argument generate() rejects.)doc");
+handle.max_tokens, cache_window != 0, kv_loop_slots > 0 (the handle keeps one slot group per
+iteration), or for any argument generate() rejects. grammar: as generate().)doc");
 }
 
 }  // namespace tinyloop::py_bind

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "convert.h"
+#include "generate_args.h"
 #include "py_model.h"
 #include "runtime/speculative.h"
 #include "runtime/tree_speculative.h"
@@ -21,8 +22,13 @@ runtime::SpeculativeRequest make_request(const py::object& prompt, int64_t max_t
                                          double temperature, int64_t top_k, double top_p,
                                          double repetition_penalty, int64_t cache_window,
                                          const py::object& stop_sequences,
-                                         std::optional<uint64_t> seed, bool stop_at_eos) {
+                                         std::optional<uint64_t> seed, bool stop_at_eos,
+                                         const py::object& grammar, int64_t kv_loop_slots,
+                                         const runtime::EarlyExitParams& early_exit) {
   runtime::SpeculativeRequest r;
+  r.grammar = to_grammar(grammar);
+  r.kv_loop_slots = kv_loop_slots;
+  r.early_exit = early_exit;
   r.prompt = to_ids(prompt, "prompt");
   r.max_tokens = max_tokens;
   r.draft_loops = draft_loops;
@@ -68,11 +74,15 @@ void bind_speculative(py::module_& m, ModelClass& cls) {
       [](const PyModel& self, const py::object& prompt, int64_t max_tokens, int64_t draft_loops,
          int64_t verify_loops, int64_t draft_ahead, double temperature, int64_t top_k, double top_p,
          double repetition_penalty, int64_t cache_window, const py::object& stop_sequences,
-         std::optional<uint64_t> seed, bool stop_at_eos) {
+         std::optional<uint64_t> seed, bool stop_at_eos, const py::object& grammar,
+         int64_t kv_loop_slots, int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
+         int64_t early_exit_peek_every, double early_exit_logit_margin) {
         auto e = self.engine();
         auto req = make_request(prompt, max_tokens, draft_loops, verify_loops, draft_ahead, 1,
                                 temperature, top_k, top_p, repetition_penalty, cache_window,
-                                stop_sequences, seed, stop_at_eos);
+                                stop_sequences, seed, stop_at_eos, grammar, kv_loop_slots,
+                                early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
+                                                  early_exit_peek_every, early_exit_logit_margin));
         runtime::SpeculativeResult res;
         {
           py::gil_scoped_release nogil;
@@ -85,9 +95,14 @@ void bind_speculative(py::module_& m, ModelClass& cls) {
       py::arg("top_k") = 50, py::arg("top_p") = 1.0, py::arg("repetition_penalty") = 1.0,
       py::arg("cache_window") = 0, py::arg("stop_sequences") = py::list(),
       py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
+      py::arg("grammar") = py::none(), py::arg("kv_loop_slots") = 0, py::arg("early_exit_patience") = 0,
+      py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3, py::arg("early_exit_peek_every") = 1,
+      py::arg("early_exit_logit_margin") = 0.0,
       (std::string("Self-speculative decoding: draft draft_ahead tokens at draft_loops, verify them in"
                    " one forward at verify_loops (same weights). Greedy output equals"
-                   " generate(loops=verify_loops); sampling keeps the verifier's distribution.") +
+                   " generate(loops=verify_loops); sampling keeps the verifier's distribution."
+                   " grammar, early_exit_* and kv_loop_slots are accepted only to refuse them with"
+                   " the reason (ValueError).") +
        kResultDoc)
           .c_str());
   cls.def(
@@ -95,11 +110,15 @@ void bind_speculative(py::module_& m, ModelClass& cls) {
       [](const PyModel& self, const py::object& prompt, int64_t max_tokens, int64_t draft_loops,
          int64_t verify_loops, int64_t draft_ahead, int64_t k_branches, double temperature,
          int64_t top_k, double top_p, double repetition_penalty, int64_t cache_window,
-         const py::object& stop_sequences, std::optional<uint64_t> seed, bool stop_at_eos) {
+         const py::object& stop_sequences, std::optional<uint64_t> seed, bool stop_at_eos, const py::object& grammar,
+         int64_t kv_loop_slots, int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
+         int64_t early_exit_peek_every, double early_exit_logit_margin) {
         auto e = self.engine();
         auto req = make_request(prompt, max_tokens, draft_loops, verify_loops, draft_ahead,
                                 k_branches, temperature, top_k, top_p, repetition_penalty,
-                                cache_window, stop_sequences, seed, stop_at_eos);
+                                cache_window, stop_sequences, seed, stop_at_eos, grammar, kv_loop_slots,
+                                early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
+                                                  early_exit_peek_every, early_exit_logit_margin));
         runtime::SpeculativeResult res;
         {
           py::gil_scoped_release nogil;
@@ -113,6 +132,9 @@ void bind_speculative(py::module_& m, ModelClass& cls) {
       py::arg("repetition_penalty") = 1.0, py::arg("cache_window") = 0,
       py::arg("stop_sequences") = py::list(), py::arg("seed") = py::none(),
       py::arg("stop_at_eos") = true,
+      py::arg("grammar") = py::none(), py::arg("kv_loop_slots") = 0, py::arg("early_exit_patience") = 0,
+      py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3, py::arg("early_exit_peek_every") = 1,
+      py::arg("early_exit_logit_margin") = 0.0,
       (std::string("Tree self-speculative decoding: K_branches draft candidates at the root, each"
                    " extended to draft_ahead tokens at draft_loops, the whole tree verified in one"
                    " forward with a tree mask at verify_loops. K_branches * draft_ahead <= 64.") +

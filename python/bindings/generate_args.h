@@ -12,8 +12,19 @@
 #include "runtime/beam_search.h"
 #include "runtime/early_exit.h"
 #include "runtime/generate.h"
+#include "grammar/grammar.h"
 
 namespace tinyloop::py_bind {
+
+// grammar=None | tl.Grammar (with its token vocabulary set; checked by the runtime).
+inline std::shared_ptr<const grammar::Grammar> to_grammar(const py::object& obj) {
+  if (obj.is_none()) return nullptr;
+  try {
+    return obj.cast<std::shared_ptr<grammar::Grammar>>();
+  } catch (const py::cast_error&) {
+    throw py::value_error("grammar must be a tinyloop_py.Grammar or None");
+  }
+}
 
 // Everything of a request except the prompt.
 inline void fill_request(runtime::GenerateRequest& r, int64_t max_tokens, std::optional<int64_t> loops,

@@ -169,7 +169,7 @@ void KvCache::copy_row(int64_t src_slot, int64_t dst_slot, int64_t p) {
   }
 }
 
-std::unique_ptr<KvCache> KvCache::clone(KvPoolPtr pool) const {
+std::unique_ptr<KvCache> KvCache::clone(KvPoolPtr pool, int64_t capacity) const {
   // A private pool of its own starts empty: the clone allocates only what it writes.
   const bool own = !pool;
   if (own) pool = std::make_shared<KvPool>(block_, 0, 0, tracker_);
@@ -180,7 +180,7 @@ std::unique_ptr<KvCache> KvCache::clone(KvPoolPtr pool) const {
   c.n_kv_heads = block_.n_kv_heads;
   c.head_dim = block_.head_dim;
   c.dim = block_.dim;
-  auto out = std::make_unique<KvCache>(c, layout_.loops, capacity_, window_, block_.dtype, tracker_,
+  auto out = std::make_unique<KvCache>(c, layout_.loops, std::max(capacity, capacity_), window_, block_.dtype, tracker_,
                                        extra_slots_, layout_.groups < layout_.loops ? layout_.groups : 0,
                                        std::move(pool), 0, block_.rows);
   out->private_pool_ = own;

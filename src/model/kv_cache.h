@@ -133,8 +133,9 @@ class KvCache {
   // Blocks per slot a windowed cache holds at most at once (its private pool's size).
   static int64_t window_blocks(int64_t window, int64_t rows);
   // A cache holding the same positions, sharing every block (copy-on-write). Its new blocks
-  // come from `pool` (null: a private pool of its own).
-  std::unique_ptr<KvCache> clone(KvPoolPtr pool = nullptr) const;
+  // come from `pool` (null: a private pool of its own); capacity: positions it may reach
+  // (0 = this cache's; never less).
+  std::unique_ptr<KvCache> clone(KvPoolPtr pool = nullptr, int64_t capacity = 0) const;
   // Bytes this cache keeps allocated: its private pool's arenas (what the model's memory
   // report counts for it), or, in a pool it was given, the blocks it holds.
   int64_t bytes() const;

@@ -3,7 +3,8 @@
 //
 // KV scheme (paged blocks, model/kv_pool.h): the prompt is prefilled once into `prefix_`,
 // which no beam ever writes. Each live beam owns a cache that shares the prompt's blocks
-// (`prefix_fork_`, KvCache::share_prefix) and adds blocks for its generated tokens only.
+// (a clone of prefix_) and adds blocks for its generated tokens only. Every beam decodes
+// token by token as generate() does, so the recurrence-shared layout works too.
 // When several survivors share a parent, the first takes over the parent's cache and the
 // others share the parent's blocks (KvCache::assign_from): nothing is copied at the reorder,
 // and the parent's partial last block is copied only when a child first writes into it
@@ -68,17 +69,13 @@ class LoopedBeamModel : public BeamModel {
     const auto P = static_cast<int64_t>(req.prompt.size());
     // Early exit's latest rule lives in cache slots, so it always decodes with a cache (as
     // generate() does); otherwise TINYLOOP_DISABLE_KV_CACHE re-runs every beam's sequence.
-    cached_ = !e.kv_cache_disabled() || req.early_exit.enabled();
+    // The recurrence-shared mode is defined by what the cache keeps (as in generate()).
+    const bool shared_groups = req.kv_loop_slots > 0 && req.kv_loop_slots < loops;
+    cached_ = !e.kv_cache_disabled() || req.early_exit.enabled() || shared_groups;
     if (cached_) {
-      // Capacity P, never a ring: every beam reads each prompt position from its own row.
       prefix_ = std::make_unique<model::KvCache>(c_, loops, P, req.cache_window, e.kv_dtype(),
-                                                 &e.model().memory());
+                                                 &e.model().memory(), 0, req.kv_loop_slots);
       e.model().forward(req.prompt.data(), P, *prefix_, model::LogitRows::Last, prompt_logits_, loops);
-      // Every beam's cache: the prompt's blocks shared, room for its generated tokens.
-      prefix_fork_ = std::make_unique<model::KvCache>(c_, loops, P + req.max_tokens, req.cache_window,
-                                                      e.kv_dtype(), &e.model().memory(), 0, 0,
-                                                      nullptr, P, prefix_->block_rows());
-      prefix_fork_->share_prefix(*prefix_);
       tail_rows_ = std::max<int64_t>(1, req.max_tokens - 1);  // the last token is never decoded
       // One position, every slot, K and V (the blocks round this up by < one block per slot).
       const int64_t per_row = prefix_->slot_count() * prefix_->bytes_per_position_per_slot();
@@ -174,7 +171,7 @@ class LoopedBeamModel : public BeamModel {
           t->assign_from(*first.tail);
           mem_.tail_rows_copied += (first.tail->length() % t->block_rows()) * t->slot_count();
         } else {
-          t->assign_from(*prefix_fork_);  // the parent is the bare prompt
+          t->assign_from(*prefix_);  // the parent is the bare prompt
         }
         next[i].tail = std::move(t);
       }
@@ -200,7 +197,8 @@ class LoopedBeamModel : public BeamModel {
   };
 
   std::unique_ptr<model::KvCache> new_tail() {
-    return prefix_fork_->clone();
+    // The prompt's blocks shared (copy-on-write), room for the beam's own tokens.
+    return prefix_->clone(nullptr, prefix_->length() + req_.max_tokens);
   }
 
   // Uncached reference path: the whole sequence through a fresh cache, last row's logits.
@@ -233,7 +231,6 @@ class LoopedBeamModel : public BeamModel {
   bool cached_ = true;
   int64_t tail_rows_ = 1;
   std::unique_ptr<model::KvCache> prefix_;  // the prompt's K/V, read-only once prefilled
-  std::unique_ptr<model::KvCache> prefix_fork_;  // prefix_'s blocks in a cache beams can grow
   std::vector<float> prompt_logits_;        // [V] after the prompt
   std::vector<Beam> beams_;
   std::vector<std::vector<int64_t>> depth_log_;  // [step][beam] loop depth of each row
@@ -251,12 +248,6 @@ GenerateResult beam_generate(const Engine& engine, const GenerateRequest& req_in
   validate(engine, req);
   const int64_t loops = engine.resolve_loops(req.loops);
   validate(p);
-  // Recurrence-shared slot groups (kv_loop_slots < loops) would need shared groups in the
-  // prompt prefix and every tail; the two-segment KV does not support them (KvCache
-  // refuses it), so say so by name rather than silently decode with exact slots.
-  if (req.kv_loop_slots > 0 && req.kv_loop_slots < loops)
-    throw std::invalid_argument("kv_loop_slots (recurrence-shared KV) is not supported with beam_size >= 2 "
-                                "(beams share the prompt's KV as a read-only prefix); use kv_loop_slots=0");
   const auto t0 = Clock::now();
 
   BeamMemory mem;

@@ -162,8 +162,9 @@ GenerateResult generate_after_prefill(const Engine& engine, const GenerateReques
   // not built with cannot be honoured here, so refuse instead of silently ignoring it.
   if (req.kv_loop_slots > 0 && req.kv_loop_slots < loops && !kv->layout().shared())
     throw std::invalid_argument(
-        "kv_loop_slots is not supported with resume_generate or prefix caches yet (their KV "
-        "is built with one slot group per iteration)");
+        "kv_loop_slots is not supported with resume_generate or prefix caches (their KV is "
+        "built with one slot group per iteration, and a prefix computed apart from its suffix "
+        "would hold other shared-group K/V than generate() computes)");
   LogitSource source(engine, loops, std::move(kv));
   return decode(engine, req, loops, source, std::move(logits), start, prefill_ms, on_token);
 }

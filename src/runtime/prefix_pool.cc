@@ -128,6 +128,12 @@ GenerateResult generate_with_pool(const Engine& engine, PrefixPool& pool, const 
                                   const TokenCallback& on_token, int64_t* matched_len) {
   validate(engine, req);
   const int64_t L = engine.resolve_loops(req.loops);
+  // A hit would refuse it (generate_after_prefill); refuse a miss too, so the answer does
+  // not depend on what the pool holds.
+  if (req.kv_loop_slots > 0 && req.kv_loop_slots < L)
+    throw std::invalid_argument(
+        "kv_loop_slots is not supported with prefix caches and pools: the prefix's K/V were "
+        "computed with one slot group per iteration");
   auto cache = pool.lookup(engine, req.prompt, L, engine.kv_dtype(), req.cache_window);
   if (matched_len) *matched_len = cache ? cache->seq_len() : 0;
   if (!cache) return generate(engine, req, on_token);

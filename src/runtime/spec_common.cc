@@ -25,6 +25,22 @@ void validate(const Engine& e, const SpeculativeRequest& r, bool tree) {
     bad("draft_loops (" + std::to_string(r.draft_loops) + ") must be <= verify_loops (" +
         std::to_string(r.verify_loops) + ")");
   if (r.draft_ahead < 1) bad("draft_ahead must be >= 1, got " + std::to_string(r.draft_ahead));
+  // Features of generate() that do not combine with speculative decoding, each with why.
+  const char* what = tree ? "generate_tree_speculative" : "generate_speculative";
+  if (r.grammar)
+    bad(std::string("grammar is not supported by ") + what +
+        " yet: the draft and the verifier would both need the grammar's mask along every drafted "
+        "path; use generate(grammar=...)");
+  validate(r.early_exit);
+  if (r.early_exit.enabled())
+    bad(std::string("early_exit_* does not combine with ") + what +
+        ": the verifier checks several drafted tokens in one forward at verify_loops, while early "
+        "exit picks each token's depth while decoding it alone");
+  if (r.kv_loop_slots < 0) bad("kv_loop_slots must be >= 0, got " + std::to_string(r.kv_loop_slots));
+  if (r.kv_loop_slots > 0 && r.kv_loop_slots < r.verify_loops)
+    bad(std::string("kv_loop_slots does not combine with ") + what +
+        ": with shared slot groups a multi-token verify forward writes other K/V than "
+        "token-by-token decoding, so the output would not be generate()'s");
   if (tree) {
     if (r.k_branches < 1) bad("K_branches must be >= 1, got " + std::to_string(r.k_branches));
     if (r.draft_ahead > kMaxTreeNodes || r.k_branches * r.draft_ahead > kMaxTreeNodes)

@@ -9,6 +9,8 @@
 
 #include "model/kv_cache.h"
 #include "model/spec_forward.h"
+#include "grammar/grammar.h"
+#include "runtime/early_exit.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 
@@ -26,6 +28,11 @@ struct SpeculativeRequest {
   std::vector<std::vector<int32_t>> stop_sequences;
   std::optional<uint64_t> seed;
   bool stop_at_eos = true;
+  // generate()'s other features, accepted so the call can say why each does not combine
+  // with speculative decoding (validate() refuses them by name).
+  std::shared_ptr<const grammar::Grammar> grammar;
+  EarlyExitParams early_exit;
+  int64_t kv_loop_slots = 0;
 };
 
 struct SpeculativeResult {
