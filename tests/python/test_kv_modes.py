@@ -230,8 +230,9 @@ def test_kv_loop_slots_errors(test_models):
         with pytest.raises(ValueError, match="kv_loop_slots"):
             model._stepwise_logits(PROMPT, 4, kv_loop_slots=-2)
         cache = model.build_prefix_cache(PROMPT[:6], loops=3)
-        # The prefix cache path ignores no kwarg silently: it has none for kv_loop_slots.
-        with pytest.raises(TypeError):
+        # The prefix cache path refuses the shared mode by name (its prefix has one slot
+        # group per iteration) rather than ignoring the kwarg.
+        with pytest.raises(ValueError, match="kv_loop_slots.*prefix"):
             model.generate_from_prefix_cache(cache, PROMPT[6:9], loops=3, kv_loop_slots=1)
 
 
