@@ -18,7 +18,9 @@
 #include <string>
 #include <utility>
 
+#include "runtime/batch_step.h"
 #include "runtime/beam_search.h"
+#include "runtime/decoder.h"
 #include "runtime/early_exit.h"
 #include "runtime/grammar_step.h"
 #include "runtime/sampler.h"
@@ -31,8 +33,12 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-bool is_eos(const ModelConfig& c, int32_t id) {
-  return std::find(c.eos_ids.begin(), c.eos_ids.end(), int64_t{id}) != c.eos_ids.end();
+// generate()'s request with the length left to beam_search_core: a beam's decoder ends it
+// on EOS, a stop sequence or the grammar, never on max_tokens.
+GenerateRequest beam_request(const GenerateRequest& r) {
+  GenerateRequest b = r;
+  b.max_tokens = std::numeric_limits<int64_t>::max();
+  return b;
 }
 
 // In place: logits[V] (float) -> log_softmax in double, out[V]. -inf stays -inf; a row with
@@ -59,13 +65,7 @@ class LoopedBeamModel : public BeamModel {
  public:
   LoopedBeamModel(const Engine& e, const GenerateRequest& req, int64_t loops, int64_t beam_size,
                   BeamMemory& mem)
-      : e_(e), c_(e.config()), req_(req), loops_(loops), mem_(mem),
-        stops_(req.stop_sequences, c_.vocab_size), prompt_mark_(c_.vocab_size, 0) {
-    for (int32_t id : req.prompt)
-      if (!prompt_mark_[id]) {
-        prompt_mark_[id] = 1;
-        prompt_seen_.push_back(id);
-      }
+      : e_(e), c_(e.config()), req_(req), loops_(loops), mem_(mem), scratch_(e.model()) {
     const auto P = static_cast<int64_t>(req.prompt.size());
     // Early exit's latest rule lives in cache slots, so it always decodes with a cache (as
     // generate() does); otherwise TINYLOOP_DISABLE_KV_CACHE re-runs every beam's sequence.
@@ -88,52 +88,55 @@ class LoopedBeamModel : public BeamModel {
     } else {
       full_forward(req.prompt, prompt_logits_);
     }
-    beams_.push_back(Beam{{}, GrammarCursor(req.grammar, c_), nullptr});
+    beams_.push_back(Beam{{}, SequenceDecoder(c_, beam_request(req)), nullptr});
   }
 
   void log_probs(int64_t n, std::vector<double>& out) override {
     const int64_t V = c_.vocab_size;
-    std::vector<float> logits;  // [V]
+    std::vector<std::vector<float>> logits(static_cast<size_t>(n));  // [n][V]
     std::vector<int64_t> depths(static_cast<size_t>(n), loops_);
+    // Every live beam's next token in one step of the serving engine's forward (the weights
+    // read once for all beams); the bare prompt's row is the prefill's.
+    std::vector<StepPart> parts;
+    std::vector<int64_t> part_beam;
     for (int64_t b = 0; b < n; ++b) {
       Beam& beam = beams_[b];
       if (beam.tokens.empty()) {
-        logits = prompt_logits_;  // the prefill never exits early
+        logits[b] = prompt_logits_;  // the prefill never exits early
       } else if (!cached_) {
         std::vector<int32_t> seq = req_.prompt;
         seq.insert(seq.end(), beam.tokens.begin(), beam.tokens.end());
-        full_forward(seq, logits);
-      } else if (req_.early_exit.enabled()) {
-        depths[b] = decode_step_early_exit(e_.model(), *beam.tail, beam.tokens.back(), loops_,
-                                           req_.early_exit, logits);
+        full_forward(seq, logits[b]);
       } else {
-        e_.model().forward(&beam.tokens.back(), 1, *beam.tail, model::LogitRows::Last, logits, loops_);
+        StepPart p;
+        p.kv = beam.tail.get();
+        p.tokens = &beam.tokens.back();
+        p.n = 1;
+        p.loops = loops_;
+        p.early_exit = &req_.early_exit;
+        p.want_logits = true;
+        parts.push_back(p);
+        part_beam.push_back(b);
       }
-      // Order (DESIGN.md section 4): repetition penalty -> grammar mask -> log-softmax.
-      if (req_.sampling.repetition_penalty != 1.0f)  // else the seen set is not needed
-        apply_repetition_penalty(logits.data(), V, seen(beam), req_.sampling.repetition_penalty);
-      if (!beam.grammar.mask(logits.data()))  // a full match no token can extend: the beam ends
-        std::fill(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity());
-      log_softmax(logits.data(), V, out.data() + b * V);
+    }
+    if (!parts.empty()) run_step(e_.model(), parts, scratch_);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      logits[size_t(part_beam[i])].swap(parts[i].logits);
+      depths[size_t(part_beam[i])] = parts[i].depth;
+    }
+    for (int64_t b = 0; b < n; ++b) {
+      // Penalty -> grammar mask (the decoder's), then log-softmax; a full match no token can
+      // extend ends the beam.
+      if (!beams_[b].dec.process(logits[b].data()))
+        std::fill(logits[b].begin(), logits[b].end(), -std::numeric_limits<float>::infinity());
+      log_softmax(logits[b].data(), V, out.data() + b * V);
     }
     depth_log_.push_back(std::move(depths));
   }
 
   bool ends(int64_t b, int32_t token) override {
-    const Beam& beam = beams_[b];
-    if (req_.stop_at_eos && is_eos(c_, token)) return true;
-    if (beam.grammar.active()) {
-      if (is_eos(c_, token)) return true;  // the mask allowed EOS: the output is a full match
-      GrammarCursor g = beam.grammar;
-      g.advance(token);
-      if (g.finished()) return true;  // the grammar admits no more bytes
-    }
-    if (!stops_.empty()) {
-      std::vector<int32_t> emitted = beam.tokens;
-      emitted.push_back(token);
-      if (stops_.matches(emitted)) return true;
-    }
-    return false;
+    SequenceDecoder d = beams_[b].dec;  // EOS, the grammar, stop sequences: generate()'s rules
+    return d.emit(token, loops_) != FinishReason::None;
   }
 
   void select(const std::vector<int64_t>& parent, const std::vector<int32_t>& token) override {
@@ -142,9 +145,9 @@ class LoopedBeamModel : public BeamModel {
     std::vector<int64_t> owner(beams_.size(), -1);  // old beam -> the child that took its tail
     for (size_t i = 0; i < parent.size(); ++i) {
       Beam& p = beams_[parent[i]];
-      Beam child{p.tokens, p.grammar, nullptr};
+      Beam child{p.tokens, p.dec, nullptr};
       child.tokens.push_back(token[i]);
-      child.grammar.advance(token[i]);
+      child.dec.emit(token[i], loops_);
       if (owner[parent[i]] < 0) {
         owner[parent[i]] = static_cast<int64_t>(i);
         child.tail = std::move(p.tail);  // the first child continues in its parent's tail
@@ -192,7 +195,7 @@ class LoopedBeamModel : public BeamModel {
  private:
   struct Beam {
     std::vector<int32_t> tokens;          // generated so far; the last is not yet in `tail`
-    GrammarCursor grammar;                // the DFA state after `tokens`
+    SequenceDecoder dec;                  // penalty set, grammar state, stop rules after `tokens`
     std::unique_ptr<model::KvCache> tail; // K/V of tokens[0 .. n-2] (null: bare prompt / uncached)
   };
 
@@ -208,26 +211,12 @@ class LoopedBeamModel : public BeamModel {
     e_.model().forward(seq.data(), T, kv, model::LogitRows::Last, logits, loops_);
   }
 
-  // The distinct ids of prompt + beam (the repetition penalty's set), prompt ids first.
-  const std::vector<int32_t>& seen(const Beam& beam) {
-    seen_ = prompt_seen_;
-    for (int32_t id : beam.tokens)
-      if (!prompt_mark_[id]) {
-        prompt_mark_[id] = 2;  // marked for this call only, cleared below
-        seen_.push_back(id);
-      }
-    for (size_t i = prompt_seen_.size(); i < seen_.size(); ++i) prompt_mark_[seen_[i]] = 0;
-    return seen_;
-  }
-
   const Engine& e_;
   const ModelConfig& c_;
   const GenerateRequest& req_;
   int64_t loops_;
   BeamMemory& mem_;
-  StopMatcher stops_;
-  std::vector<uint8_t> prompt_mark_;       // [V] 1 = in the prompt
-  std::vector<int32_t> prompt_seen_, seen_;
+  StepScratch scratch_;
   bool cached_ = true;
   int64_t tail_rows_ = 1;
   std::unique_ptr<model::KvCache> prefix_;  // the prompt's K/V, read-only once prefilled

@@ -36,14 +36,31 @@ bool SequenceDecoder::is_eos(int32_t id) const {
   return false;
 }
 
+bool SequenceDecoder::process(float* logits) const {
+  // Order (DESIGN.md section 4): penalty -> grammar mask -> (the strategy's own step).
+  if (sampling_.repetition_penalty != 1.0f)
+    apply_repetition_penalty(logits, c_.vocab_size, seen_, sampling_.repetition_penalty);
+  return grammar_.mask(logits);
+}
+
 std::optional<int32_t> SequenceDecoder::choose(float* logits) {
-  // Order (DESIGN.md section 4): penalty -> grammar mask -> temperature/top-k/top-p/sample.
-  apply_repetition_penalty(logits, c_.vocab_size, seen_, sampling_.repetition_penalty);
-  if (!grammar_.mask(logits)) {  // a full match nothing can extend
+  if (!process(logits)) {  // a full match nothing can extend
     reason_ = FinishReason::Grammar;
     return std::nullopt;
   }
   return sample_next(logits, c_.vocab_size, sampling_, seen_, rng_, /*apply_penalty=*/false);
+}
+
+bool SequenceDecoder::would_end(const std::vector<int32_t>& more) const {
+  if (more.empty()) return false;
+  if (static_cast<int64_t>(emitted_.size() + more.size()) >= max_tokens_) return true;
+  if (stop_at_eos_ && is_eos(more.back())) return true;
+  if (stops_.empty()) return false;
+  // Only the match window of the tail matters.
+  std::vector<int32_t> tail(emitted_.end() - int64_t(std::min(emitted_.size(), stops_.max_length())),
+                            emitted_.end());
+  tail.insert(tail.end(), more.begin(), more.end());
+  return stops_.matches(tail);
 }
 
 FinishReason SequenceDecoder::emit(int32_t tok, int64_t depth) {

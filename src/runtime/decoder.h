@@ -19,15 +19,23 @@ class SequenceDecoder {
   // req must be valid (validate()); the prompt seeds the repetition penalty's set.
   SequenceDecoder(const ModelConfig& c, const GenerateRequest& req);
 
-  // The next token from logits [V] (modified in place): repetition penalty -> grammar mask
-  // -> temperature / top-k / top-p -> sample (greedy consumes no random draw). nullopt when
-  // the grammar has reached a full match that nothing can extend on a model without EOS:
-  // the sequence ends there (reason() == Grammar) without a token.
+  // The logits processing every strategy shares, on logits [V] in place: the repetition
+  // penalty over prompt + output, then the grammar mask. False when the grammar has reached
+  // a full match that nothing can extend on a model without EOS (no token is allowed).
+  // Sampling (choose), beam search (log-softmax) and speculative verification differ only
+  // in what they do with the result.
+  bool process(float* logits) const;
+  // The next token from logits [V] (modified in place): process(), then temperature /
+  // top-k / top-p -> sample (greedy consumes no random draw). nullopt when process() finds
+  // nothing allowed: the sequence ends there (reason() == Grammar) without a token.
   std::optional<int32_t> choose(float* logits);
   // Records a token emitted after `depth` loop iterations and returns why the sequence must
   // stop after it (None: go on). Checks, in order: max_tokens, EOS, the grammar, stop
   // sequences.
   FinishReason emit(int32_t token, int64_t depth);
+  // Whether emitting `more` after the current output would end the sequence at its last
+  // token (speculative decoding stops drafting there): max_tokens, EOS, stop sequences.
+  bool would_end(const std::vector<int32_t>& more) const;
   // Ends the sequence for a reason from outside (callback, cancel, timeout, error).
   void finish(FinishReason r) { reason_ = r; }
 
@@ -35,6 +43,8 @@ class SequenceDecoder {
   FinishReason reason() const { return reason_; }
   const std::vector<int32_t>& emitted() const { return emitted_; }
   const std::vector<int64_t>& depths() const { return depths_; }  // [emitted] loops behind each
+  // The distinct ids of prompt + output (the repetition penalty's set), in first-seen order.
+  const std::vector<int32_t>& seen() const { return seen_; }
   int64_t max_tokens() const { return max_tokens_; }
 
  private:

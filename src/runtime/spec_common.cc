@@ -63,44 +63,32 @@ std::unique_ptr<model::KvCache> new_spec_cache(const Engine& e, const Speculativ
                                           e.config().n_post_blocks);
 }
 
-SpecOutput::SpecOutput(const Engine& e, const SpeculativeRequest& r)
-    : c_(e.config()),
-      stops_(r.stop_sequences, e.config().vocab_size),
-      max_tokens_(r.max_tokens),
-      stop_at_eos_(r.stop_at_eos),
-      tokens_(r.prompt),
-      mark_(static_cast<size_t>(e.config().vocab_size), 0) {
-  for (int32_t id : r.prompt)
-    if (!mark_[id]) mark_[id] = 1, seen_.push_back(id);
+namespace {
+
+// The generate() request a speculative one decodes like (its sampling and stop rules).
+GenerateRequest as_generate(const SpeculativeRequest& r) {
+  GenerateRequest g;
+  g.prompt = r.prompt;
+  g.max_tokens = r.max_tokens;
+  g.sampling = r.sampling;
+  g.stop_sequences = r.stop_sequences;
+  g.seed = r.seed;
+  g.stop_at_eos = r.stop_at_eos;
+  return g;
 }
 
-bool SpecOutput::is_eos(int32_t id) const {
-  return std::find(c_.eos_ids.begin(), c_.eos_ids.end(), int64_t(id)) != c_.eos_ids.end();
-}
+}  // namespace
+
+SpecOutput::SpecOutput(const Engine& e, const SpeculativeRequest& r)
+    : verify_loops_(r.verify_loops), dec_(e.config(), as_generate(r)), tokens_(r.prompt) {}
 
 bool SpecOutput::push(int32_t tok) {
   tokens_.push_back(tok);
-  emitted_.push_back(tok);
-  if (!mark_[tok]) mark_[tok] = 1, seen_.push_back(tok);
-  if (static_cast<int64_t>(emitted_.size()) >= max_tokens_) return true;
-  if (stop_at_eos_ && is_eos(tok)) return true;
-  return stops_.matches(emitted_);
-}
-
-bool SpecOutput::ends_with(const std::vector<int32_t>& drafted) const {
-  if (drafted.empty()) return false;
-  if (static_cast<int64_t>(emitted_.size() + drafted.size()) >= max_tokens_) return true;
-  if (stop_at_eos_ && is_eos(drafted.back())) return true;
-  if (stops_.empty()) return false;
-  // Only the match window of the tail matters.
-  std::vector<int32_t> tail(emitted_.end() - std::min(emitted_.size(), stops_.max_length()),
-                            emitted_.end());
-  tail.insert(tail.end(), drafted.begin(), drafted.end());
-  return stops_.matches(tail);
+  return dec_.emit(tok, verify_loops_) != FinishReason::None;
 }
 
 std::vector<int32_t> SpecOutput::seen_with(const std::vector<int32_t>& extra) const {
-  std::vector<int32_t> s = seen_;
+  std::vector<int32_t> s = dec_.seen();
   s.insert(s.end(), extra.begin(), extra.end());  // the penalty dedups
   return s;
 }

@@ -10,6 +10,7 @@
 #include "model/kv_cache.h"
 #include "model/spec_forward.h"
 #include "grammar/grammar.h"
+#include "runtime/decoder.h"
 #include "runtime/early_exit.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
@@ -59,7 +60,9 @@ void validate(const Engine& e, const SpeculativeRequest& r, bool tree);
 // extra slots (the draft's post blocks). A window gets a ring with room for a whole cycle.
 std::unique_ptr<model::KvCache> new_spec_cache(const Engine& e, const SpeculativeRequest& r);
 
-// The emitted tokens and the rules that end generation (generate's, in its order).
+// The emitted tokens and the rules that end generation: generate()'s own SequenceDecoder
+// (max_tokens, EOS, stop sequences; the penalty's set), so the speculative paths cannot stop
+// differently from generate().
 class SpecOutput {
  public:
   SpecOutput(const Engine& e, const SpeculativeRequest& r);
@@ -67,21 +70,17 @@ class SpecOutput {
   bool push(int32_t tok);
   // Whether emitting `drafted` after the current output would end generation at its last
   // token (so drafting past it is wasted).
-  bool ends_with(const std::vector<int32_t>& drafted) const;
-  int64_t remaining() const { return max_tokens_ - static_cast<int64_t>(emitted_.size()); }
+  bool ends_with(const std::vector<int32_t>& drafted) const { return dec_.would_end(drafted); }
+  int64_t remaining() const { return dec_.max_tokens() - emitted(); }
   // Distinct ids of prompt + output, then `extra` (a drafted prefix): the penalty's set.
   std::vector<int32_t> seen_with(const std::vector<int32_t>& extra) const;
   std::vector<int32_t>& tokens() { return tokens_; }
-  int64_t emitted() const { return static_cast<int64_t>(emitted_.size()); }
+  int64_t emitted() const { return static_cast<int64_t>(dec_.emitted().size()); }
 
  private:
-  bool is_eos(int32_t id) const;
-  const ModelConfig& c_;
-  StopMatcher stops_;
-  int64_t max_tokens_;
-  bool stop_at_eos_;
-  std::vector<int32_t> tokens_, emitted_, seen_;
-  std::vector<uint8_t> mark_;  // [V] 1 when the id is in seen_
+  int64_t verify_loops_;
+  SequenceDecoder dec_;
+  std::vector<int32_t> tokens_;  // prompt + emitted
 };
 
 // Committed positions whose draft readout has not run (the last row of a fully accepted

@@ -104,11 +104,12 @@ def test_stop_sequences(test_models, tree):
 
 
 @pytest.mark.parametrize("tree", [False, True])
-def test_eos_stops_and_is_kept(model_dir, test_models, tree):
+def test_eos_stops_and_is_kept(tmp_path, test_models, tree):
     with tl.Model(test_models["huginn"].path) as model:
         free = model.generate(PROMPT, max_tokens=30, loops=4, stop_at_eos=False)
     eos = free[len(PROMPT) + 9]
-    m = engine_models.build(model_dir, "huginn", eos_ids=[eos])
+    # Its own folder: the session's "huginn" file must keep its config for later tests.
+    m = engine_models.build(str(tmp_path), "huginn", eos_ids=[eos])
     with tl.Model(m.path) as model:
         want = model.generate(PROMPT, max_tokens=30, loops=4)
         assert want[-1] == eos and len(want) < len(free)
