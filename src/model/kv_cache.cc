@@ -68,6 +68,20 @@ void KvCache::hold_pool(const KvPoolPtr& p) {
   held_.push_back(p);
 }
 
+void KvCache::share_block(const KvCache& src, int64_t s, int64_t b) {
+  const Ref& r = src.refs_[size_t(s * src.n_blocks_ + b)];
+  if (r.id >= 0) r.pool->retain(r.id);  // before the drop: src may be this very cache
+  drop(s, b);
+  if (r.id < 0) return;
+  refs_[size_t(s * n_blocks_ + b)] = r;
+  table_[size_t(s * n_blocks_ + b)] = src.table_[size_t(s * src.n_blocks_ + b)];
+}
+
+void KvCache::hold_pools_of(const KvCache& src) {
+  hold_pool(src.pool_);
+  for (const KvPoolPtr& p : src.held_) hold_pool(p);
+}
+
 void KvCache::drop(int64_t s, int64_t b) {
   Ref& r = refs_[size_t(s * n_blocks_ + b)];
   if (r.id >= 0) r.pool->release(r.id);
@@ -194,16 +208,9 @@ void KvCache::assign_from(const KvCache& src) {
       src.layout_.groups != layout_.groups || src.window_ != window_)
     throw std::logic_error("assign_from: the caches differ in shape");
   release_all();
-  hold_pool(src.pool_);
-  for (const KvPoolPtr& p : src.held_) hold_pool(p);
+  hold_pools_of(src);
   for (int64_t s = 0; s < slot_count(); ++s)
-    for (int64_t b = 0; b < src.n_blocks_; ++b) {
-      const Ref& r = src.refs_[size_t(s * src.n_blocks_ + b)];
-      if (r.id < 0) continue;
-      r.pool->retain(r.id);
-      refs_[size_t(s * n_blocks_ + b)] = r;
-      table_[size_t(s * n_blocks_ + b)] = src.table_[size_t(s * src.n_blocks_ + b)];
-    }
+    for (int64_t b = 0; b < src.n_blocks_; ++b) share_block(src, s, b);
   length_ = src.length_;
   released_ = src.released_;
 }
@@ -213,16 +220,11 @@ void KvCache::adopt_block(const KvCache& donor, int64_t b) {
       donor.window_ != window_ || b < 0 || b >= std::min(n_blocks_, donor.n_blocks_))
     throw std::logic_error("adopt_block: the donor does not match this cache");
   if (length_ != b * block_.rows) throw std::logic_error("adopt_block: blocks must be adopted in order");
-  hold_pool(donor.pool_);
-  for (const KvPoolPtr& p : donor.held_) hold_pool(p);
-  for (int64_t s = 0; s < slot_count(); ++s) {
-    const Ref& r = donor.refs_[size_t(s * donor.n_blocks_ + b)];
-    if (r.id < 0) throw std::logic_error("adopt_block: the donor does not hold the block");
-    r.pool->retain(r.id);
-    drop(s, b);
-    refs_[size_t(s * n_blocks_ + b)] = r;
-    table_[size_t(s * n_blocks_ + b)] = donor.table_[size_t(s * donor.n_blocks_ + b)];
-  }
+  for (int64_t s = 0; s < slot_count(); ++s)
+    if (donor.refs_[size_t(s * donor.n_blocks_ + b)].id < 0)
+      throw std::logic_error("adopt_block: the donor does not hold the block");
+  hold_pools_of(donor);
+  for (int64_t s = 0; s < slot_count(); ++s) share_block(donor, s, b);
   length_ = (b + 1) * block_.rows;
 }
 
@@ -247,17 +249,10 @@ void KvCache::share_prefix(const KvCache& prefix) {
   if (length_ != 0 || window_ != prefix.window_ || prefix.length_ > capacity_ ||
       prefix.layout_.count() != layout_.count() || !(prefix.block_ == block_))
     throw std::invalid_argument("share_prefix: the prefix does not match this cache");
-  hold_pool(prefix.pool_);
-  for (const KvPoolPtr& p : prefix.held_) hold_pool(p);
+  hold_pools_of(prefix);
   const int64_t nb = (prefix.length_ + block_.rows - 1) / block_.rows;
   for (int64_t s = 0; s < layout_.count(); ++s)
-    for (int64_t b = prefix.released_; b < nb; ++b) {
-      const Ref& r = prefix.refs_[size_t(s * prefix.n_blocks_ + b)];
-      if (r.id < 0) continue;
-      r.pool->retain(r.id);
-      refs_[size_t(s * n_blocks_ + b)] = r;
-      table_[size_t(s * n_blocks_ + b)] = prefix.table_[size_t(s * prefix.n_blocks_ + b)];
-    }
+    for (int64_t b = prefix.released_; b < nb; ++b) share_block(prefix, s, b);
   length_ = prefix.length_;
   released_ = prefix.released_;
 }

@@ -181,6 +181,10 @@ class KvCache {
   // Block b of slot s present and held by this cache alone (allocated or copied).
   void make_writable(int64_t s, int64_t b);
   void drop(int64_t s, int64_t b);
+  // Block b of slot s becomes src's (one more reference; whatever was there is dropped).
+  void share_block(const KvCache& src, int64_t s, int64_t b);
+  // Keeps the pools of src's blocks alive as long as this cache.
+  void hold_pools_of(const KvCache& src);
   void hold_pool(const KvPoolPtr& p);
   // Blocks below this index are released (window); positions before first_kept() are gone.
   int64_t first_kept() const { return released_ * block_.rows; }
