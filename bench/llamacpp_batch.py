@@ -18,10 +18,10 @@ ids in [10, vocab); sequence i has the same prompt at every concurrency), are se
 The table gives the wall time of both phases (time.perf_counter, after a short warm-up run of
 the same concurrency; batch filling and the argmax are included, as a serving engine pays for
 its own sampling) and
-  aggregate decode tok/s = C * n_new / decode s  (the n_new generated tokens of every sequence,
-                           the first of which comes out of the prefill, as in the brief this
-                           script was written to; "ms/step" is decode s / (n_new - 1) steps, the
-                           exact per-step rate)
+  aggregate decode tok/s = C * n_new / decode s  (all n_new generated tokens of every sequence
+                           over the decode time, although the first of them comes out of the
+                           prefill: 1/n_new optimistic; "ms/step" is decode s / (n_new - 1)
+                           steps, the exact per-step time)
   total tok/s            = C * n_new / (prefill s + decode s).
 
 How. llama-cpp-python's low-level API: `Llama` only loads the model (backend init, quiet logs);
@@ -30,10 +30,11 @@ parameters (in 0.3.36 they would fall silently into **kwargs and leave n_seq_max
 serving context is made with llama_init_from_model(model, params): n_seq_max = C, kv_unified =
 false (one KV stream of n_ctx / n_seq_max cells per sequence, so n_ctx = C * --ctx-per-seq gives
 every sequence its own room and attention only spans a sequence's own cells; with kv_unified =
-true n_ctx would be one pool shared by all, and every token's attention would run over all of
+true, --kv-unified, n_ctx is one pool shared by all and every token's attention runs over all of
 it, masked), n_batch = n_ubatch = max(--n-batch, C), F16 KV cache, flash attention --flash-attn
-(llama.cpp's default: auto). The batch is llama_batch_init(n, 0, 1), filled field by field;
-llama_memory_clear(llama_get_memory(ctx), True) empties the KV memory before every run.
+(llama.cpp's default, auto, resolves to on with this CPU build). The batch is
+llama_batch_init(n, 0, 1), filled field by field; llama_memory_clear(llama_get_memory(ctx),
+True) empties the KV memory before every run.
 
 --model bench unrolls the F16 benchmark model (python/tinyloop/bench.py) to L=8 into a plain
 llama-architecture GGUF with bench/compare.py's unrolled_gguf, cached next to the model in the
@@ -45,9 +46,12 @@ reports how many sequences give identical greedy outputs (llama.cpp's batched ma
 differently from batch 1, so this is reported, not asserted), where the others first diverge,
 and how many distinct outputs there are (different prompts must give different outputs).
 
-Runtime on 2 cores (AMD EPYC, AVX2): the bench model (18 layers, 152M parameters, F16) takes
-about a minute per configuration at C = 64 with the defaults; see the docstring's run notes in
-the commit that added it. Needs `pip install gguf llama-cpp-python` (built as compare.py says).
+Runtime with the defaults on 2 idle AMD EPYC (AVX2) cores: all of 1,4,16,64 about 2 minutes
+for the bench model (18 layers, 152M parameters, F16; C = 64 alone ~80 s: prefill ~20 s, decode
+~60 s) and about 2.5 minutes for SmolLM2 (C = 64 ~100 s); --check adds ~35 s. llama.cpp's
+threads spin at their barriers, so a busy machine slows it far more than its share: with a
+3-job compile running beside it, C = 16 took 126 s instead of 21 s and C = 64 over 5 minutes.
+Needs `pip install gguf llama-cpp-python` (built as compare.py says).
 """
 from __future__ import annotations
 
@@ -60,7 +64,8 @@ import time
 import numpy as np
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(_HERE, "..", "python"))
+sys.path.insert(0, os.path.join(_HERE, "..", "python"))  # tinyloop (the bench model)
+sys.path.insert(0, _HERE)  # compare.py (its unrolled_gguf)
 
 import llama_cpp  # noqa: E402
 
@@ -89,6 +94,8 @@ class LlamaBatchPeer:
         # (llama.cpp pads that to a multiple of 256 and rounds n_ctx to match). Unified: one pool
         # of n_ctx cells shared by all, each token attending (masked) over every used cell.
         p.kv_unified = kv_unified
+        if not kv_unified:  # pad as llama.cpp would, sparing its "n_ctx is not divisible" warning
+            n_ctx_per_seq = -(-n_ctx_per_seq // 256) * 256
         p.n_ctx = n_seq_max * n_ctx_per_seq
         # A decode step holds n_seq_max tokens in one llama_decode, which llama.cpp requires to
         # fit n_batch (asserted) and, to stay one graph, n_ubatch.
@@ -203,6 +210,9 @@ class LlamaBatchPeer:
         return {"outputs": outputs, "prefill_s": prefill_s, "decode_s": decode_s,
                 "total_s": total_s, "generated": generated, "decode_steps": n_new - 1,
                 "decode_tok_s": generated / decode_s if decode_s > 0 else float("nan"),
+                # Only the tokens the decode steps made (bench/serving.py's decode_tok_s for
+                # TinyLoop counts these): n_seq * (n_new - 1) / decode_s.
+                "decode_step_tok_s": (generated - n_seq) / decode_s if decode_s > 0 else float("nan"),
                 "total_tok_s": generated / total_s}
 
 
@@ -266,7 +276,6 @@ def _fmt(v: list[float], digits: int) -> str:
 
 
 def main(argv=None) -> int:
-    sys.path.insert(0, _HERE)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="bench", help="bench, smollm2 or a .gguf path (default bench)")
     ap.add_argument("--concurrency", type=_ints, default=[1, 4, 16, 64],

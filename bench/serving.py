@@ -65,7 +65,10 @@ def model_paths(which: str, loops: int) -> tuple[str, str | None]:
     """(TinyLoop model, llama.cpp GGUF or None) for 'bench', 'smollm2' or a .tinyloop path."""
     if which == "bench":
         path = bench.bench_model_path("f16")
-        gguf = os.path.join(bench.bench_dir(), f"bench-h768-unrolled-L{loops}-f16.gguf")
+        if loops == 8:
+            from llamacpp_batch import model_path as twin  # its cached unrolled twin
+            return path, twin("bench")
+        gguf = os.path.splitext(path)[0] + f"-unrolled-L{loops}-f16.gguf"  # compare.py's name
         if not os.path.exists(gguf):
             from compare import unrolled_gguf
             unrolled_gguf(path, loops, gguf)
@@ -148,7 +151,8 @@ def throughput(args) -> None:
             single, single_total = dec, tot
         ttft = statistics.mean(r["ttft_ms"] for r in ours)
         nan = float("nan")
-        p_dec = statistics.mean(r["decode_tok_s"] for r in theirs) if theirs else nan
+        # Both sides count the n_new - 1 tokens after each request's first one.
+        p_dec = statistics.mean(r["decode_step_tok_s"] for r in theirs) if theirs else nan
         p_tot = statistics.mean(r["total_tok_s"] for r in theirs) if theirs else nan
         print(f"| {n} | {dec:.1f} | {dec / single:.2f}x | {p_dec:.1f} | {dec / p_dec:.2f}x | "
               f"{tot:.1f} | {tot / single_total:.2f}x | {p_tot:.1f} | {tot / p_tot:.2f}x | {ttft:.0f} |",
