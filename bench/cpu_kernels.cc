@@ -182,6 +182,14 @@ int main() {
   std::printf("SIMD target %s, %d threads\n", cpu::simd_target_name().c_str(), cpu::num_threads());
   // TINYLOOP_BENCH_BF16DOT_ONLY=1: only the reduced-precision matmul cases.
   const bool bf16dot_only = std::getenv("TINYLOOP_BENCH_BF16DOT_ONLY") != nullptr;
+  // TINYLOOP_BENCH_BATCH_ONLY=1: only the batched-decode shapes of the serving engine (B rows
+  // of B sequences through the FFN up projection and the head), F16 weights.
+  if (std::getenv("TINYLOOP_BENCH_BATCH_ONLY")) {
+    for (int64_t T : {1, 4, 8, 16, 32, 64}) matmul_case("batch", T, 768, 2048, DType::F16, T <= 8 ? 50 : 20);
+    // The head: 49 MB of F16 weights, streamed from memory every step.
+    for (int64_t T : {1, 16, 64}) matmul_case("batch", T, 768, 32000, DType::F16, 5);
+    return 0;
+  }
   // TINYLOOP_BENCH_ATTENTION_ONLY=1: only attention, contiguous against paged KV.
   if (std::getenv("TINYLOOP_BENCH_ATTENTION_ONLY")) {
     for (int64_t ctx : {512, 2048, 8192}) attention_case(1, ctx, 50);
