@@ -241,17 +241,22 @@ def soak(args) -> None:
     done = 0
     print(f"CPU: {cpu_name()}; model {os.path.basename(path)}; {args.requests} requests in waves of {wave}, "
           f"a third cancelled")
-    print("| requests | RSS MB | KV blocks used | cancelled |")
-    print("|---:|---:|---:|---:|")
+    print("| requests | RSS MB | KV blocks used | of them cached prefixes | cancelled |")
+    print("|---:|---:|---:|---:|---:|")
     while done < args.requests:
         run(min(wave, args.requests - done))
         done += min(wave, args.requests - done)
         if done % 2000 == 0 or done == args.requests:
             st = eng.stats()
-            print(f"| {done} | {rss_mb():.1f} | {st['kv_blocks_used']} | {st['requests_cancelled']} |", flush=True)
+            print(f"| {done} | {rss_mb():.1f} | {st['kv_blocks_used']} | {st['kv_blocks_cached']} | "
+                  f"{st['requests_cancelled']} |", flush=True)
     st = eng.stats()
     print(f"RSS after the warm-up wave {base:.1f} MB, at the end {rss_mb():.1f} MB; "
-          f"{time.perf_counter() - t0:.0f} s; KV blocks used at the end: {st['kv_blocks_used']}")
+          f"{time.perf_counter() - t0:.0f} s; KV blocks used at the end: {st['kv_blocks_used']} "
+          f"({st['kv_blocks_cached']} of them the prefix cache's)")
+    eng.clear_prefix_cache()
+    time.sleep(0.2)
+    print(f"after clear_prefix_cache(): KV blocks used {eng.stats()['kv_blocks_used']}")
     eng.close()
 
 
