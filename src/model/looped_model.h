@@ -77,7 +77,7 @@ class LoopedModel {
   // The whole forward of T new tokens appended to the sequence in kv (positions
   // kv.length() ..), at `loops` iterations (<= kv.loops(), the iterations kv has slots for;
   // 0 = kv.loops()). Advances kv. logits: [1 or T, V].
-  // Long inputs are processed in chunks that fit the ring when kv is windowed.
+  // With a window, long inputs go in chunks of KvCache::kWindowSlack (bounded memory).
   void forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRows rows,
                std::vector<float>& logits, int64_t loops = 0) const;
 

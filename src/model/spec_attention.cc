@@ -75,7 +75,7 @@ void SpecAttention::attend(const ModelConfig& c, int64_t slot, const float* q, c
     std::memcpy(v_row(s, node), v + t * row_, sizeof(float) * row_);
     stored_[s * nodes_ + node] = 1;
   }
-  // One branch at a time: its path goes into the ring rows after the root, then its rows
+  // One branch at a time: its path goes into the cache rows after the root, then its rows
   // attend causally over root, past and path, exactly as a sequential decode of the path.
   const int64_t qw = c.n_heads * c.head_dim;
   for (int64_t i = 0; i < n_nodes;) {

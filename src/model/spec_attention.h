@@ -11,8 +11,8 @@
 // 2. Draft tree. A cycle's tree is a root (a linear row at position `base`) and `branches`
 //    chains of `depth` nodes; node (b, δ), δ = 1..depth, sits at position base + δ and has
 //    id b * depth + δ - 1. Nodes of different branches share positions, so they cannot own
-//    ring rows: their K/V rows go to per-cycle scratch (float, [slot, node]). To attend,
-//    a branch's rows 1..δmax are written from scratch into the ring rows of base+1..+δmax
+//    cache rows: their K/V rows go to per-cycle scratch (float, [slot, node]). To attend,
+//    a branch's rows 1..δmax are written from scratch into the cache rows of base+1..+δmax
 //    of the slot (rows past the sequence's length, overwritten by the next branch), and the
 //    ordinary ops::attention runs over them. So a node sees exactly what a one-token decode
 //    of the same path would see, in the same order, through the same kernel: tree logits

@@ -25,7 +25,7 @@ class SpecForward {
   SpecAttention& router() { return router_; }
 
   // Append tokens[n] at kv.length().. with every slot filled (verify and draft post
-  // slots), in chunks that fit a ring; advances kv. No logits.
+  // slots), in the chunks LoopedModel::max_chunk allows; advances kv. No logits.
   void prefill(const int32_t* tokens, int64_t n);
   // x, s [T, D] of rows tokens[T] at pos[T]: prelude, initial state, iterations 0..d-1.
   void draft_prefix(const int32_t* tokens, const int64_t* pos, int64_t T, float* x, float* s);

@@ -22,8 +22,8 @@ class LoopRun {
  public:
   // Prelude + initial state of tokens[T] at positions kv.length() .. kv.length() + T - 1
   // (writes their pre slots). trace, when given: [1 + n_pre_blocks, T, D], see
-  // LoopedModel::prelude. Throws std::logic_error when the T rows do not fit kv's ring in
-  // one step (callers give windowed caches one token at a time).
+  // LoopedModel::prelude. Throws std::logic_error when the T rows do not fit one step on kv
+  // (LoopedModel::max_chunk; callers give windowed caches at most KvCache::kWindowSlack).
   LoopRun(const model::LoopedModel& m, model::KvCache& kv, const int32_t* tokens, int64_t T,
           float* trace = nullptr);
   // Continues a run saved earlier (warm-start resume): prelude output x[T, D] and the state

@@ -60,8 +60,8 @@ GenerateResult PrefixCache::generate(const std::vector<int32_t>& suffix, Generat
 
   const auto t0 = std::chrono::steady_clock::now();
   const auto S = static_cast<int64_t>(suffix.size());
-  // The tail: rows for the suffix and every token decoding may add, positions from P on; with
-  // a window, generate()'s ring of window + slack rows when that is smaller.
+  // The call's cache: the prefix's blocks shared, its own blocks for the suffix and every
+  // token decoding may add (positions P ..), the prefix's block size so blocks can be shared.
   auto tail = std::make_unique<model::KvCache>(e.config(), L, seq_len() + std::max<int64_t>(1, S + req.max_tokens),
                                                window_, e.kv_dtype(), &e.model().memory(), 0, 0,
                                                nullptr, seq_len(), kv_->block_rows());

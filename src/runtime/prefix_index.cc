@@ -90,6 +90,7 @@ void PrefixIndex::insert(const Sequence& s) {
     if (h) ++entries_[h].children;
     used[size_t(b)] = 1;
     ++stats_.cached_blocks;
+    held_blocks_ += donor->slot_count();  // an entry is one block of every slot
     h = hb;
   }
   if (donor)
@@ -107,6 +108,7 @@ bool PrefixIndex::evict_one() {
   if (victim == entries_.end()) return false;
   Entry& e = victim->second;
   e.donor->drop_block(e.block);
+  held_blocks_ -= e.donor->slot_count();
   if (e.parent) {
     auto p = entries_.find(e.parent);
     if (p != entries_.end()) --p->second.children;
@@ -117,21 +119,11 @@ bool PrefixIndex::evict_one() {
   return true;
 }
 
-int64_t PrefixIndex::held_blocks() const {
-  std::vector<const model::KvCache*> seen;
-  int64_t n = 0;
-  for (const auto& [h, e] : entries_) {
-    if (std::find(seen.begin(), seen.end(), e.donor.get()) != seen.end()) continue;
-    seen.push_back(e.donor.get());
-    n += e.donor->blocks_held();
-  }
-  return n;
-}
-
 void PrefixIndex::clear() {
   stats_.evicted_blocks += static_cast<int64_t>(entries_.size());
   entries_.clear();
   stats_.cached_blocks = 0;
+  held_blocks_ = 0;
 }
 
 }  // namespace tinyloop::runtime

@@ -46,8 +46,8 @@ class PrefixIndex {
   // Drops every cached block (engine shutdown, tests).
   void clear();
   const PrefixIndexStats& stats() const { return stats_; }
-  // Pool blocks the cache holds (each shared block counted once per holder).
-  int64_t held_blocks() const;
+  // Pool blocks the cache holds (one per slot for every cached block position).
+  int64_t held_blocks() const { return held_blocks_; }
   // Whether s takes part in prefix caching at all.
   static bool eligible(const Sequence& s);
 
@@ -65,6 +65,7 @@ class PrefixIndex {
   static uint64_t key_of(const Sequence& s);
   std::unordered_map<uint64_t, Entry> entries_;
   uint64_t clock_ = 0;
+  int64_t held_blocks_ = 0;
   PrefixIndexStats stats_;
 };
 

@@ -290,7 +290,9 @@ TEST_P(ServingEngineTest, PrefixCachingSharesPromptBlocks) {
     EXPECT_EQ(st.prefix_hits, 7);
     EXPECT_EQ(st.prefix_hit_tokens, 7 * 32);
     EXPECT_EQ(st.kv_blocks_used, st.kv_blocks_cached);
-    if (budget == 0) EXPECT_EQ(st.preemptions, 0);
+    if (budget == 0) {
+      EXPECT_EQ(st.preemptions, 0);
+    }
     eng.clear_prefix_cache();
     for (int i = 0; i < 1000 && eng.stats().kv_blocks_used > 0; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -57,7 +57,8 @@ inline constexpr int64_t kMaxTreeNodes = 64;
 void validate(const Engine& e, const SpeculativeRequest& r, bool tree);
 
 // The cache of a speculative call: slots for verify_loops iterations plus n_post_blocks
-// extra slots (the draft's post blocks). A window gets a ring with room for a whole cycle.
+// extra slots (the draft's post blocks). With a window, blocks are released only past window + KvCache::kWindowSlack positions:
+// room for a cycle's rollback.
 std::unique_ptr<model::KvCache> new_spec_cache(const Engine& e, const SpeculativeRequest& r);
 
 // The emitted tokens and the rules that end generation: generate()'s own SequenceDecoder

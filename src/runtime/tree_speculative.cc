@@ -1,6 +1,6 @@
 // One cycle, with the committed prefix cached up to P - 1 and `cur` (committed, not yet run)
 // at P, k = tree depth, Kc = branches:
-//   root    prelude + iterations 0..d-1 of cur at P (a linear row, in the ring); the draft's
+//   root    prelude + iterations 0..d-1 of cur at P (a linear row, in the cache); the draft's
 //           readout gives the root distribution; Kc candidates c_b (greedy: the top Kc).
 //   levels  δ = 1..k: the Kc nodes (b, δ) at position P + δ in one draft forward with the
 //           tree mask (K/V in SpecAttention's scratch); for δ < k the draft readout picks

@@ -304,8 +304,9 @@ def _rss_mb():
 
 
 def test_many_requests_leave_kv_and_rss_flat():
-    # The short version of the soak in bench/serving.py (10,000 requests there).
-    with tl.Model(BUNDLED) as model, tl.Engine(model, kv_budget_mb=64) as eng:
+    # The short version of the soak in bench/serving.py (10,000 requests there). Without
+    # prefix caching, which would fill more of the pool (touching new pages) as it caches.
+    with tl.Model(BUNDLED) as model, tl.Engine(model, kv_budget_mb=64, prefix_caching=False) as eng:
         rng = random.Random(1)
 
         def wave(n):
@@ -322,7 +323,7 @@ def test_many_requests_leave_kv_and_rss_flat():
             wave(300)
         after = _rss_mb()
         stats = eng.stats()
-        assert stats["kv_blocks_used"] == stats["kv_blocks_cached"]
+        assert stats["kv_blocks_used"] == 0 and stats["kv_blocks_cached"] == 0
         assert stats["running"] == 0 and stats["waiting"] == 0
         assert stats["requests_finished"] == 1500 and stats["requests_cancelled"] > 0
         assert after - before < 8, (before, after)
