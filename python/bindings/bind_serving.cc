@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <climits>
 #include <condition_variable>
 #include <deque>
@@ -42,10 +43,11 @@ class QueueSink : public runtime::RequestSink {
     if (fd_ < 0) throw std::runtime_error("eventfd failed");
   }
   ~QueueSink() override { close(fd_); }
-  void on_token(int32_t token, int64_t) override {
+  void on_token(int32_t token, int64_t, const runtime::TokenLogprobs* lp) override {
     {
       std::lock_guard<std::mutex> l(mu_);
       queue_.push_back(token);
+      if (lp) lp_queue_.push_back(*lp);
     }
     signal();
   }
@@ -64,6 +66,7 @@ class QueueSink : public runtime::RequestSink {
     if (queue_.empty()) return std::nullopt;
     const int32_t t = queue_.front();
     queue_.pop_front();
+    if (!lp_queue_.empty()) lp_queue_.pop_front();  // iteration gives ids only
     return t;
   }
   // Tokens that arrived since the last call, without waiting.
@@ -74,6 +77,21 @@ class QueueSink : public runtime::RequestSink {
     std::lock_guard<std::mutex> l(mu_);
     std::vector<int32_t> out(queue_.begin(), queue_.end());
     queue_.clear();
+    lp_queue_.clear();
+    return out;
+  }
+  // poll() with each token's log-probabilities (NaN and no alternatives when the request
+  // did not ask for them).
+  std::vector<std::pair<int32_t, runtime::TokenLogprobs>> poll_logprobs() {
+    uint64_t v;
+    while (read(fd_, &v, sizeof v) > 0) {
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<std::pair<int32_t, runtime::TokenLogprobs>> out;
+    for (size_t i = 0; i < queue_.size(); ++i)
+      out.emplace_back(queue_[i], i < lp_queue_.size() ? lp_queue_[i] : runtime::TokenLogprobs{std::nanf(""), {}});
+    queue_.clear();
+    lp_queue_.clear();
     return out;
   }
   // Waits up to timeout_s (< 0: forever) for the end; false when it timed out.
@@ -106,6 +124,7 @@ class QueueSink : public runtime::RequestSink {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<int32_t> queue_;
+  std::deque<runtime::TokenLogprobs> lp_queue_;  // beside queue_ when the request wants logprobs
   RequestResult result_;
   bool done_ = false;
 };
@@ -164,13 +183,22 @@ PySamplingParams make_params(int64_t max_tokens, std::optional<int64_t> loops, d
                              int64_t early_exit_min_L, double early_exit_tau, int64_t early_exit_peek_every,
                              double early_exit_logit_margin, const py::object& grammar,
                              std::optional<uint64_t> seed, bool stop_at_eos, int64_t kv_loop_slots,
-                             double timeout_s) {
+                             double timeout_s, double presence_penalty, double frequency_penalty,
+                             std::optional<int64_t> logprobs) {
   PySamplingParams p;
   fill_request(p.req, max_tokens, loops, temperature, top_k, top_p, cache_window, repetition_penalty,
                stop_sequences, seed, stop_at_eos);
   p.req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
                                        early_exit_peek_every, early_exit_logit_margin);
   p.req.kv_loop_slots = kv_loop_slots;
+  p.req.sampling.presence_penalty = static_cast<float>(presence_penalty);
+  p.req.sampling.frequency_penalty = static_cast<float>(frequency_penalty);
+  if (logprobs) {
+    if (*logprobs < 0 || *logprobs > runtime::kMaxTopLogprobs)
+      throw py::value_error("logprobs must be in [0, " + std::to_string(runtime::kMaxTopLogprobs) +
+                            "] or None, got " + std::to_string(*logprobs));
+    p.req.logprobs = static_cast<int>(*logprobs);
+  }
   if (!grammar.is_none()) {
     try {
       p.req.grammar = grammar.cast<std::shared_ptr<grammar::Grammar>>();
@@ -249,7 +277,11 @@ void bind_serving(py::module_& m) {
   py::class_<PySamplingParams>(m, "SamplingParams", R"doc(
 Generation parameters of one request to a tl.Engine: the keyword arguments of
 Model.generate (same names, defaults and ranges), plus timeout (seconds from submit; 0 =
-none). Validated here as far as possible without a model (ValueError naming the argument),
+none), presence_penalty / frequency_penalty (OpenAI's, in [-2, 2], over the generated tokens:
+logit -= presence * [count > 0] + frequency * count, after the repetition penalty) and
+logprobs (None, or 0..20: every generated token then carries its log-probability and that
+many most probable alternatives, from the logits after penalties and grammar mask, before
+temperature; RequestOutput.logprobs, RequestHandle.poll_logprobs()). Validated here as far as possible without a model (ValueError naming the argument),
 the rest (token ids, loops against the KV budget, grammar vocabulary) at submit. Every
 attribute can be read and set.)doc")
       .def(py::init(&make_params), py::kw_only(), py::arg("max_tokens") = 64, py::arg("loops") = py::none(),
@@ -259,7 +291,8 @@ attribute can be read and set.)doc")
            py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3,
            py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
            py::arg("grammar") = py::none(), py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
-           py::arg("kv_loop_slots") = 0, py::arg("timeout") = 0.0)
+           py::arg("kv_loop_slots") = 0, py::arg("timeout") = 0.0, py::arg("presence_penalty") = 0.0,
+           py::arg("frequency_penalty") = 0.0, py::arg("logprobs") = py::none())
       .def_property("max_tokens", [](const PySamplingParams& p) { return p.req.max_tokens; },
                     [](PySamplingParams& p, int64_t v) { p.req.max_tokens = v; })
       .def_property("loops", [](const PySamplingParams& p) { return p.req.loops; },
@@ -297,6 +330,15 @@ attribute can be read and set.)doc")
                     [](PySamplingParams& p, std::shared_ptr<grammar::Grammar> g) { p.req.grammar = std::move(g); })
       .def_property("timeout", [](const PySamplingParams& p) { return p.timeout_s; },
                     [](PySamplingParams& p, double v) { p.timeout_s = v; })
+      .def_property("presence_penalty", [](const PySamplingParams& p) { return p.req.sampling.presence_penalty; },
+                    [](PySamplingParams& p, float v) { p.req.sampling.presence_penalty = v; })
+      .def_property("frequency_penalty", [](const PySamplingParams& p) { return p.req.sampling.frequency_penalty; },
+                    [](PySamplingParams& p, float v) { p.req.sampling.frequency_penalty = v; })
+      .def_property("logprobs",
+                    [](const PySamplingParams& p) {
+                      return p.req.logprobs < 0 ? std::nullopt : std::optional<int>(p.req.logprobs);
+                    },
+                    [](PySamplingParams& p, std::optional<int> v) { p.req.logprobs = v ? *v : -1; })
       .def("__repr__", [](const PySamplingParams& p) {
         return "SamplingParams(max_tokens=" + std::to_string(p.req.max_tokens) +
                ", loops=" + (p.req.loops ? std::to_string(*p.req.loops) : std::string("None")) +
@@ -310,13 +352,21 @@ EOS, a stop sequence or a finished grammar; "length": max_tokens; "cancelled", "
 "error"), stop_detail (the engine's own reason: "eos", "stop", "grammar", ...), error (the
 message when finish_reason is "error"), loops_per_token and mean_loops (the loop depth behind
 each token: early exit lowers it), prompt_tokens, queue_ms / first_token_ms / total_ms (from
-submit), preemptions (times its KV was dropped and recomputed; outputs never change).)doc")
+submit), preemptions (times its KV was dropped and recomputed; outputs never change),
+logprobs ([len(tokens)] of (logprob, [(id, logprob), ...]) when the request asked for them,
+else []).)doc")
       .def_readonly("id", &RequestResult::id)
       .def_readonly("tokens", &RequestResult::tokens)
       .def_property_readonly("finish_reason", [](const RequestResult& r) { return openai_reason(r.finish_reason); })
       .def_property_readonly("stop_detail", [](const RequestResult& r) { return runtime::finish_reason_name(r.finish_reason); })
       .def_readonly("error", &RequestResult::error)
       .def_readonly("loops_per_token", &RequestResult::loops_per_token)
+      .def_property_readonly("logprobs",
+                             [](const RequestResult& r) {
+                               py::list out;
+                               for (const auto& lp : r.logprobs) out.append(py::make_tuple(lp.logprob, lp.top));
+                               return out;
+                             })
       .def_property_readonly("mean_loops", &RequestResult::mean_loops)
       .def_readonly("prompt_tokens", &RequestResult::prompt_tokens)
       .def_readonly("queue_ms", &RequestResult::queue_ms)
@@ -350,6 +400,14 @@ the wait timed out); cancel() ends it at the next step and frees its KV.)doc")
              throw py::stop_iteration();
            })
       .def("poll", [](PyHandle& h) { return h.sink->poll(); })
+      .def("poll_logprobs",
+           [](PyHandle& h) {
+             py::list out;
+             for (const auto& [tok, lp] : h.sink->poll_logprobs()) out.append(py::make_tuple(tok, lp.logprob, lp.top));
+             return out;
+           },
+           "Like poll(), with log-probabilities: [(token_id, logprob, [(id, logprob), ...])]\n"
+           "(NaN and [] when the request's logprobs was None).")
       .def("fileno", [](const PyHandle& h) { return h.sink->fd(); })
       .def_property_readonly("done", [](const PyHandle& h) { return h.sink->done(); })
       .def("result",

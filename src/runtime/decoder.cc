@@ -1,5 +1,7 @@
 #include "runtime/decoder.h"
 
+#include <cmath>
+
 namespace tinyloop::runtime {
 
 const char* finish_reason_name(FinishReason r) {
@@ -25,7 +27,8 @@ SequenceDecoder::SequenceDecoder(const ModelConfig& c, const GenerateRequest& re
       stops_(req.stop_sequences, c.vocab_size),
       rng_(req.seed ? Rng(*req.seed) : Rng::from_entropy()),
       grammar_(req.grammar, c),
-      seen_mark_(static_cast<size_t>(c.vocab_size), 0) {
+      seen_mark_(static_cast<size_t>(c.vocab_size), 0),
+      top_logprobs_(req.logprobs) {
   for (int32_t id : req.prompt)
     if (!seen_mark_[size_t(id)]) seen_mark_[size_t(id)] = 1, seen_.push_back(id);
 }
@@ -40,6 +43,8 @@ bool SequenceDecoder::process(float* logits) const {
   // Order (DESIGN.md section 4): penalty -> grammar mask -> (the strategy's own step).
   if (sampling_.repetition_penalty != 1.0f)
     apply_repetition_penalty(logits, c_.vocab_size, seen_, sampling_.repetition_penalty);
+  apply_presence_frequency(logits, c_.vocab_size, out_counts_, sampling_.presence_penalty,
+                           sampling_.frequency_penalty);
   return grammar_.mask(logits);
 }
 
@@ -48,7 +53,10 @@ std::optional<int32_t> SequenceDecoder::choose(float* logits) {
     reason_ = FinishReason::Grammar;
     return std::nullopt;
   }
-  return sample_next(logits, c_.vocab_size, sampling_, seen_, rng_, /*apply_penalty=*/false);
+  // sample_next leaves logits as they are without the penalty: the logprobs read them after.
+  const int32_t tok = sample_next(logits, c_.vocab_size, sampling_, seen_, rng_, /*apply_penalty=*/false);
+  if (top_logprobs_ >= 0) pending_logprobs_ = token_logprobs(logits, c_.vocab_size, tok, top_logprobs_);
+  return tok;
 }
 
 bool SequenceDecoder::would_end(const std::vector<int32_t>& more) const {
@@ -67,6 +75,17 @@ FinishReason SequenceDecoder::emit(int32_t tok, int64_t depth) {
   emitted_.push_back(tok);
   depths_.push_back(depth);
   if (!seen_mark_[size_t(tok)]) seen_mark_[size_t(tok)] = 1, seen_.push_back(tok);
+  if (sampling_.presence_penalty != 0.0f || sampling_.frequency_penalty != 0.0f) {
+    const auto [at, added] = count_index_.try_emplace(tok, out_counts_.size());
+    if (added)
+      out_counts_.emplace_back(tok, 1);
+    else
+      ++out_counts_[at->second].second;
+  }
+  if (top_logprobs_ >= 0) {
+    logprobs_.push_back(pending_logprobs_.value_or(TokenLogprobs{std::nanf(""), {}}));
+    pending_logprobs_.reset();
+  }
   if (static_cast<int64_t>(emitted_.size()) >= max_tokens_) return reason_ = FinishReason::Length;
   if (stop_at_eos_ && is_eos(tok)) return reason_ = FinishReason::Eos;
   if (grammar_.active()) {

@@ -133,6 +133,9 @@ void validate(const Engine& e, const GenerateRequest& r) {
   (void)StopMatcher(r.stop_sequences, e.config().vocab_size);  // throws for a bad sequence
   validate(r.early_exit);
   if (r.grammar) (void)GrammarCursor(r.grammar, e.config());  // vocabulary set and sized
+  if (r.logprobs < -1 || r.logprobs > kMaxTopLogprobs)
+    throw std::invalid_argument("logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "] (or none), got " +
+                                std::to_string(r.logprobs));
 }
 
 double GenerateResult::mean_loops() const {

@@ -29,6 +29,9 @@ struct GenerateRequest {
   bool stop_at_eos = true;       // the config's eos_ids end generation (kept in the output)
   EarlyExitParams early_exit;    // decode-time early exit; disabled by default
   std::shared_ptr<const grammar::Grammar> grammar;  // constrained decoding; null = none
+  // >= 0: every emitted token carries its log-probability and this many top alternatives
+  // (at most kMaxTopLogprobs; SequenceDecoder::logprobs()); -1 = none (no cost).
+  int logprobs = -1;
 };
 
 // Why a sequence stopped. None while it runs.

@@ -37,6 +37,10 @@ void validate(const SamplingParams& p) {
   // The penalty also applies to greedy steps; top_k and top_p only matter when sampling.
   if (!(p.repetition_penalty > 0.0f))
     bad("repetition_penalty must be > 0, got " + str(p.repetition_penalty));
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f))
+    bad("presence_penalty must be in [-2, 2], got " + str(p.presence_penalty));
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f))
+    bad("frequency_penalty must be in [-2, 2], got " + str(p.frequency_penalty));
   if (p.greedy()) return;
   if (p.top_k <= 0)
     bad("top_k must be >= 1 when sampling (temperature > 0.01), got " + str(p.top_k));
@@ -74,6 +78,48 @@ void apply_repetition_penalty(float* logits, int64_t V, const std::vector<int32_
     // torch.where(score < 0, score * penalty, score / penalty)
     x = x < 0.0f ? x * penalty : x / penalty;
   }
+}
+
+void apply_presence_frequency(float* logits, int64_t V,
+                              const std::vector<std::pair<int32_t, int32_t>>& counts, float presence,
+                              float frequency) {
+  if (presence == 0.0f && frequency == 0.0f) return;
+  for (const auto& [id, n] : counts)
+    if (id >= 0 && id < V && n > 0) logits[id] -= presence + frequency * static_cast<float>(n);
+}
+
+TokenLogprobs token_logprobs(const float* logits, int64_t V, int32_t token, int top_n) {
+  check_vocab(V);
+  if (token < 0 || token >= V) bad("token_logprobs: token " + str(token) + " outside [0, " + str(V) + ")");
+  if (top_n < 0 || top_n > kMaxTopLogprobs)
+    bad("logprobs must be in [0, " + str(kMaxTopLogprobs) + "], got " + str(top_n));
+  // log-softmax in double: lse = max + log(sum exp(x - max)); NaN counts as -inf.
+  double mx = kNegInf;
+  for (int64_t i = 0; i < V; ++i)
+    if (logits[i] > mx) mx = logits[i];
+  double sum = 0.0;
+  if (mx != kNegInf)
+    for (int64_t i = 0; i < V; ++i)
+      if (logits[i] > kNegInf) sum += std::exp(double(logits[i]) - mx);
+  const double lse = mx + std::log(sum);
+  auto lp = [&](int64_t i) {
+    const double x = logits[i];
+    return static_cast<float>(x > kNegInf ? x - lse : kNegInf);
+  };
+  TokenLogprobs out;
+  out.logprob = lp(token);
+  if (top_n > 0) {
+    std::vector<int32_t> idx(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; ++i) idx[size_t(i)] = static_cast<int32_t>(i);
+    auto key = [&](int32_t i) { return std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i]; };
+    const auto n = std::min<int64_t>(top_n, V);
+    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
+      const float ka = key(a), kb = key(b);
+      return ka > kb || (ka == kb && a < b);
+    });
+    for (int64_t i = 0; i < n; ++i) out.top.emplace_back(idx[size_t(i)], lp(idx[size_t(i)]));
+  }
+  return out;
 }
 
 int32_t argmax(const float* logits, int64_t V) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace tinyloop::runtime {
@@ -13,11 +14,15 @@ struct SamplingParams {
   int top_k = 50;                  // >= 1 while sampling; ignored when greedy
   float top_p = 1.0f;              // in (0, 1]; 1 disables
   float repetition_penalty = 1.0f; // > 0; 1 disables
+  // OpenAI's additive penalties over the tokens generated so far (not the prompt), in
+  // [-2, 2]; 0 disables: logit -= presence * [count > 0] + frequency * count.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
   bool greedy() const { return temperature <= 0.01f; }
 };
 
 // Throws std::invalid_argument naming the argument ("temperature", "top_k", "top_p",
-// "repetition_penalty") when a value is out of range; the message starts with the name.
+// "repetition_penalty", "presence_penalty", "frequency_penalty") when a value is out of range; the message starts with the name.
 // temperature >= 0 and repetition_penalty > 0 always (as HF, +inf passes); top_k >= 1 and
 // top_p in (0, 1] only when sampling (they are ignored when greedy). NaN is out of range.
 void validate(const SamplingParams& p);
@@ -39,6 +44,24 @@ class Rng {
 // penalty 1 is a no-op. Throws std::invalid_argument("repetition_penalty ...") unless > 0.
 void apply_repetition_penalty(float* logits, int64_t V, const std::vector<int32_t>& seen,
                               float penalty);
+
+// OpenAI's presence / frequency penalties (as vLLM applies them): for every (id, count) in
+// `counts` (the generated tokens so far, count > 0), logits[id] -= presence + frequency *
+// count. ids outside [0, V) are ignored. logits[V] in place.
+void apply_presence_frequency(float* logits, int64_t V,
+                              const std::vector<std::pair<int32_t, int32_t>>& counts, float presence,
+                              float frequency);
+
+// Log-probabilities of one step for the API's `logprobs`: the chosen token's log-softmax
+// value and the `top_n` most probable ids (descending; ties to the lower id), all from
+// logits[V] as given (the caller passes them after penalties and grammar mask, before
+// temperature: masked ids are -inf and rank last).
+constexpr int kMaxTopLogprobs = 20;
+struct TokenLogprobs {
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // [top_n] (id, logprob)
+};
+TokenLogprobs token_logprobs(const float* logits, int64_t V, int32_t token, int top_n);
 
 // Index of the largest logit; ties go to the lowest id; NaN never wins (read as -inf).
 // -inf (or NaN) everywhere returns 0. Throws std::invalid_argument for V < 1.

@@ -103,6 +103,21 @@ TEST(Validate, RepetitionPenalty) {
                  "repetition_penalty must be > 0, got -2");
 }
 
+TEST(Validate, PresenceAndFrequencyPenalties) {
+  for (float bad : {-2.01f, 2.5f, kInf, -kInf, kNaN}) {
+    SamplingParams p;
+    p.presence_penalty = bad;
+    expect_invalid([&] { validate(p); }, "presence_penalty must be in [-2, 2]");
+    p.presence_penalty = 0.0f;
+    p.frequency_penalty = bad;
+    expect_invalid([&] { validate(p); }, "frequency_penalty must be in [-2, 2]");
+  }
+  SamplingParams ok;
+  ok.presence_penalty = -2.0f;
+  ok.frequency_penalty = 2.0f;
+  validate(ok);
+}
+
 TEST(Validate, CalledBySampleNextAndDistribution) {
   std::vector<float> logits = {0.0f, 1.0f};
   Rng rng(1);
@@ -225,6 +240,41 @@ TEST(RepetitionPenalty, ChangesTheGreedyChoice) {
 
 // ---------------------------------------------------------------------------------------
 // argmax / greedy
+
+TEST(PresenceFrequency, SubtractsPresenceOncePlusFrequencyPerCount) {
+  std::vector<float> l = {1.0f, 2.0f, -1.0f, 0.5f};
+  apply_presence_frequency(l.data(), 4, {{1, 3}, {2, 1}, {9, 2}, {-1, 1}}, 0.5f, 0.25f);
+  EXPECT_EQ(l, (std::vector<float>{1.0f, 2.0f - 0.5f - 0.75f, -1.0f - 0.5f - 0.25f, 0.5f}));
+  std::vector<float> same = {1.0f, 2.0f};
+  apply_presence_frequency(same.data(), 2, {{0, 5}}, 0.0f, 0.0f);
+  EXPECT_EQ(same, (std::vector<float>{1.0f, 2.0f}));
+  std::vector<float> neg = {0.0f, 0.0f};  // negative penalties encourage repeats
+  apply_presence_frequency(neg.data(), 2, {{1, 2}}, -1.0f, -0.5f);
+  EXPECT_EQ(neg, (std::vector<float>{0.0f, 2.0f}));
+}
+
+TEST(TokenLogprobs, LogSoftmaxInDoubleAndTopOrder) {
+  const std::vector<float> l = {0.5f, 2.0f, -kInf, 2.0f, -1.0f, kNaN, 1.0f};
+  double z = 0;
+  for (float x : l)
+    if (std::isfinite(x)) z += std::exp(double(x));
+  const TokenLogprobs lp = token_logprobs(l.data(), 7, 6, 4);
+  EXPECT_NEAR(lp.logprob, 1.0 - std::log(z), 1e-6);
+  ASSERT_EQ(lp.top.size(), 4u);
+  EXPECT_EQ(lp.top[0].first, 1);  // tie with id 3: the lower id first
+  EXPECT_EQ(lp.top[1].first, 3);
+  EXPECT_EQ(lp.top[2].first, 6);
+  EXPECT_EQ(lp.top[3].first, 0);
+  EXPECT_NEAR(lp.top[3].second, 0.5 - std::log(z), 1e-6);
+  EXPECT_EQ(token_logprobs(l.data(), 7, 2, 0).logprob, -kInf);  // masked
+  EXPECT_TRUE(token_logprobs(l.data(), 7, 2, 0).top.empty());
+  // More requested than the vocabulary: every id, masked ones last.
+  const TokenLogprobs all = token_logprobs(l.data(), 7, 0, 20);
+  ASSERT_EQ(all.top.size(), 7u);
+  EXPECT_EQ(all.top[5].second, -kInf);
+  expect_invalid([&] { token_logprobs(l.data(), 7, 7, 0); }, "token_logprobs: token 7");
+  expect_invalid([&] { token_logprobs(l.data(), 7, 0, 21); }, "logprobs must be in [0, 20]");
+}
 
 TEST(Argmax, TiesToLowestId) {
   std::vector<float> l = {1.0f, 3.0f, 2.0f, 3.0f, 3.0f};

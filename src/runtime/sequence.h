@@ -23,6 +23,7 @@ struct RequestResult {
   uint64_t id = 0;
   std::vector<int32_t> tokens;           // the emitted tokens (not the prompt)
   std::vector<int64_t> loops_per_token;  // [tokens] iterations behind each
+  std::vector<TokenLogprobs> logprobs;   // [tokens] when the request asked for logprobs; else empty
   FinishReason finish_reason = FinishReason::None;
   std::string error;                     // the message when finish_reason == Error
   int64_t prompt_tokens = 0;
@@ -38,7 +39,8 @@ struct RequestResult {
 class RequestSink {
  public:
   virtual ~RequestSink() = default;
-  virtual void on_token(int32_t token, int64_t depth) = 0;
+  // logprobs: the token's log-probabilities when the request asked for them, else null.
+  virtual void on_token(int32_t token, int64_t depth, const TokenLogprobs* logprobs) = 0;
   virtual void on_finish(const RequestResult& result) = 0;
 };
 

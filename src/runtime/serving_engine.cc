@@ -164,6 +164,7 @@ void ServingEngine::finish(Sequence* s, FinishReason reason, const std::string& 
   r.id = s->id;
   r.tokens = s->decoder.emitted();
   r.loops_per_token = s->decoder.depths();
+  r.logprobs = s->decoder.logprobs();
   r.finish_reason = reason;
   r.error = error;
   r.prompt_tokens = s->prompt_len();
@@ -257,7 +258,8 @@ void ServingEngine::step() {
         ++stats_.generated_tokens;
         stats_.loops_run += parts[i].depth;
       }
-      s.sink->on_token(*tok, parts[i].depth);
+      s.sink->on_token(*tok, parts[i].depth,
+                       s.decoder.wants_logprobs() ? &s.decoder.logprobs().back() : nullptr);
     } catch (const std::exception& e) {
       finish(&s, FinishReason::Error, e.what());
       continue;

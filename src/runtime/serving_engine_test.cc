@@ -25,10 +25,11 @@ namespace {
 // Collects a request's output; wait() blocks until on_finish.
 class CollectSink : public RequestSink {
  public:
-  void on_token(int32_t t, int64_t depth) override {
+  void on_token(int32_t t, int64_t depth, const TokenLogprobs* lp) override {
     std::lock_guard<std::mutex> l(mu_);
     tokens.push_back(t);
     depths.push_back(depth);
+    if (lp) logprobs.push_back(*lp);
   }
   void on_finish(const RequestResult& r) override {
     std::lock_guard<std::mutex> l(mu_);
@@ -43,6 +44,7 @@ class CollectSink : public RequestSink {
   }
   std::vector<int32_t> tokens;
   std::vector<int64_t> depths;
+  std::vector<TokenLogprobs> logprobs;
   RequestResult result;
   bool done = false;
 
@@ -55,12 +57,12 @@ class CollectSink : public RequestSink {
 // test can hold requests in flight and in the queue however fast the model is.
 class GateSink : public CollectSink {
  public:
-  void on_token(int32_t t, int64_t depth) override {
+  void on_token(int32_t t, int64_t depth, const TokenLogprobs* lp) override {
     {
       std::unique_lock<std::mutex> l(gate_mu_);
       gate_cv_.wait(l, [&] { return open_; });
     }
-    CollectSink::on_token(t, depth);
+    CollectSink::on_token(t, depth, lp);
   }
   void open() {
     std::lock_guard<std::mutex> l(gate_mu_);
@@ -114,6 +116,8 @@ class ServingEngineTest : public ::testing::TestWithParam<std::string> {
       if (i % 9 == 4) r.kv_loop_slots = 1;
       if (i % 6 == 5) r.stop_sequences = {{int32_t(g() % 30)}};
       r.sampling.repetition_penalty = i % 5 == 0 ? 1.2f : 1.0f;
+      if (i % 10 == 7) r.sampling.presence_penalty = 0.7f, r.sampling.frequency_penalty = 0.4f;
+      if (i % 3 == 1) r.logprobs = i % 2 ? 0 : 3;
       out.push_back(r);
     }
     return out;
@@ -134,6 +138,23 @@ class ServingEngineTest : public ::testing::TestWithParam<std::string> {
       ASSERT_EQ(sinks[i]->tokens, want_new) << "request " << i;
       ASSERT_EQ(got.loops_per_token, want.loops_per_token) << "request " << i;
       ASSERT_EQ(got.finish_reason, want.finish_reason) << "request " << i;
+      if (reqs[i].logprobs < 0) {
+        EXPECT_TRUE(got.logprobs.empty());
+        EXPECT_TRUE(sinks[i]->logprobs.empty());
+        continue;
+      }
+      ASSERT_EQ(got.logprobs.size(), got.tokens.size()) << "request " << i;
+      ASSERT_EQ(sinks[i]->logprobs.size(), got.tokens.size()) << "request " << i;
+      for (size_t t = 0; t < got.tokens.size(); ++t) {
+        const TokenLogprobs& lp = got.logprobs[t];
+        EXPECT_LE(lp.logprob, 0.0f);
+        ASSERT_EQ(lp.top.size(), size_t(reqs[i].logprobs));
+        if (!lp.top.empty() && reqs[i].sampling.greedy()) {  // greedy: the token is the top one
+          EXPECT_EQ(lp.top[0].first, got.tokens[t]) << "request " << i << " token " << t;
+          EXPECT_EQ(lp.top[0].second, lp.logprob);
+        }
+        for (size_t k = 1; k < lp.top.size(); ++k) EXPECT_GE(lp.top[k - 1].second, lp.top[k].second);
+      }
     }
     const ServingStats st = eng.stats();
     EXPECT_EQ(st.requests_finished, n);

@@ -153,6 +153,10 @@ def test_cancel_timeout_queue_and_close():
     (dict(stop_sequences=[[]]), "stop_sequences"),
     (dict(timeout=-1.0), "timeout"),
     (dict(grammar="[0-9]"), "grammar"),
+    (dict(presence_penalty=2.5), "presence_penalty"),
+    (dict(frequency_penalty=float("nan")), "frequency_penalty"),
+    (dict(logprobs=21), "logprobs"),
+    (dict(logprobs=-1), "logprobs"),
 ])
 def test_bad_params_name_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -192,6 +196,56 @@ def test_sampling_params_is_a_typed_object():
     with tl.Model(BUNDLED) as model, tl.Engine(model, kv_budget_mb=16) as eng:
         assert eng.submit([5, 6], p).result().tokens == model.generate([5, 6], max_tokens=11, temperature=0.5,
                                                                        seed=9, stop_sequences=[[1, 2]])[2:]
+
+
+def _log_softmax(x):
+    x = np.asarray(x, dtype=np.float64)
+    m = x.max()
+    return x - (m + np.log(np.exp(x - m).sum()))
+
+
+@pytest.mark.parametrize("presence,frequency", [(0.0, 0.0), (1.5, 0.0), (0.3, 0.9), (-0.5, -0.4)])
+def test_penalties_and_logprobs_match_a_numpy_oracle(presence, frequency):
+    # Greedy decoding re-done in numpy from Model.score's logits at every step: OpenAI's
+    # penalties over the generated tokens (logit -= presence * [n > 0] + frequency * n),
+    # then log-softmax in float64. Each token must be the oracle's argmax, its logprob and
+    # the top-5 alternatives the oracle's.
+    with tl.Model(BUNDLED) as model, tl.Engine(model, kv_budget_mb=16) as eng:
+        prompt = [3, 17, 42, 9, 100]
+        loops = 3
+        h = eng.submit(prompt, max_tokens=12, loops=loops, stop_at_eos=False, presence_penalty=presence,
+                       frequency_penalty=frequency, logprobs=5)
+        streamed = []
+        while not h.done:
+            streamed += h.poll_logprobs()
+            time.sleep(0.001)
+        streamed += h.poll_logprobs()
+        out = h.result()
+        assert [t for t, _, _ in streamed] == out.tokens and len(out.logprobs) == len(out.tokens) == 12
+        counts = {}
+        seq = list(prompt)
+        for i, tok in enumerate(out.tokens):
+            logits = model.score(seq, loops=loops)[-1].astype(np.float64)
+            for t, n in counts.items():
+                logits[t] -= presence + frequency * n
+            lp = _log_softmax(logits)
+            assert tok == int(np.argmax(lp)), i
+            got_lp, got_top = out.logprobs[i]
+            assert got_lp == pytest.approx(lp[tok], abs=1e-3)
+            assert streamed[i][1] == got_lp and streamed[i][2] == got_top
+            want_top = np.argsort(-lp, kind="stable")[:5]
+            assert [t for t, _ in got_top] == [int(t) for t in want_top]
+            assert [v for _, v in got_top] == pytest.approx(lp[want_top].tolist(), abs=1e-3)
+            counts[tok] = counts.get(tok, 0) + 1
+            seq.append(tok)
+        if presence > 0:  # the penalties changed the output (this prompt repeats tokens)
+            plain = eng.submit(prompt, max_tokens=12, loops=loops, stop_at_eos=False).result().tokens
+            assert plain != out.tokens
+        # Without logprobs asked: none, and poll_logprobs gives NaN placeholders.
+        h = eng.submit(prompt, max_tokens=3, loops=loops)
+        assert h.result().logprobs == []
+        rest = h.poll_logprobs()
+        assert all(np.isnan(lp) and top == [] for _, lp, top in rest)
 
 
 def test_threads_submit_at_once():
