@@ -9,6 +9,7 @@
     tinyloop talk [--model PATH] [--loops L] ...
     tinyloop perplexity MODEL FILE... [--loops 1,2,4,8,16] [--ctx 256] [--tail-fraction 0.05]
     tinyloop bench [-p 512] [-n 128] [-L 8] [-t 2] [--weight-dtype f32,f16,bf16,int8,int4] [-r 3] [--json]
+    tinyloop serve [MODEL] [--host 127.0.0.1] [--port 8000] [--api-key K] [--model-name NAME] ...
 
 A PROMPT is text when the model embeds a tokenizer (Hugging Face `tokenizers` decodes the
 output as it streams), or comma-separated token ids with --ids.
@@ -160,6 +161,17 @@ def cmd_chat(args) -> int:
         return run(model, tokenizer, chat_template(args.model), args)
 
 
+def cmd_serve(args) -> int:
+    from .server.serve import run
+
+    args.model = args.model or _default_model()
+    if args.model is None:
+        raise FileNotFoundError("no model given and no bundled model found (pass MODEL or set TINYLOOP_MODEL)")
+    if args.model.endswith(".gguf"):
+        raise ValueError(f"{args.model} is a GGUF file: convert it first (tinyloop convert {args.model} OUT.tinyloop)")
+    return run(args)
+
+
 def cmd_perplexity(args) -> int:
     from .perplexity import main_args
 
@@ -247,6 +259,11 @@ def main(argv=None) -> int:
     _sampling_args(c)
     _engine_args(c)
     c.set_defaults(func=cmd_chat, max_tokens=256)
+
+    sv = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (docs/server.md)")
+    from .server.serve import add_arguments as serve_arguments  # no server imports until it runs
+    serve_arguments(sv)
+    sv.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("perplexity", help="perplexity of text files at one or more loop depths")
     p.add_argument("model")
