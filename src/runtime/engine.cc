@@ -74,7 +74,8 @@ double Engine::memory_mb() const {
 
 int64_t Engine::resolve_loops(std::optional<int64_t> loops) const {
   const int64_t L = loops.value_or(config().default_loops);
-  if (L < 1) throw std::invalid_argument("loops must be >= 1, got " + std::to_string(L));
+  if (L < 1 || L > kMaxLoops)
+    throw std::invalid_argument("loops must be in [1, " + std::to_string(kMaxLoops) + "], got " + std::to_string(L));
   return L;
 }
 
@@ -106,7 +107,7 @@ std::string Engine::kv_mode() const {
 }
 
 void Engine::check_length(int64_t prompt_len, int64_t max_tokens) const {
-  if (prompt_len + max_tokens > max_seq_len_)
+  if (prompt_len > max_seq_len_ || max_tokens > max_seq_len_ - prompt_len)
     throw std::runtime_error("prompt length " + std::to_string(prompt_len) + " + max_tokens " +
                              std::to_string(max_tokens) + " exceeds max_seq_len " +
                              std::to_string(max_seq_len_));

@@ -45,13 +45,19 @@ class Engine {
   // Weights + live caches + live workspaces, in MiB.
   double memory_mb() const;
 
-  // `loops` resolved against the config default and validated (>= 1).
+  // The deepest run any call accepts. Far beyond what looped models are trained or tested
+  // at (Huginn-0125 up to 64-128, Ouro 4), while time and KV grow linearly with depth, and
+  // it keeps every size computed from loops (KV slots x blocks x bytes) far from int64's
+  // range. A request over it is a mistake, not a workload.
+  static constexpr int64_t kMaxLoops = 4096;
+  // `loops` resolved against the config default and validated (1 .. kMaxLoops).
   int64_t resolve_loops(std::optional<int64_t> loops) const;
   // Throws std::invalid_argument naming "prompt" for an empty prompt or an id outside [0, V).
   void check_tokens(const std::vector<int32_t>& ids, const char* what = "prompt") const;
   // Throws std::invalid_argument naming kv_loop_slots when it is negative.
   void check_loop_slots(int64_t loop_slots) const;
-  // Throws std::runtime_error when prompt_len + max_tokens > max_seq_len.
+  // Throws std::runtime_error when prompt_len + max_tokens > max_seq_len (without
+  // overflowing for any int64 max_tokens; negative values are the caller's to refuse).
   void check_length(int64_t prompt_len, int64_t max_tokens) const;
 
   // logits [T, V] of every position (float32 K/V: nothing is kept, so nothing is rounded).

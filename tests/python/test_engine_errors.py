@@ -118,6 +118,25 @@ def test_score_loops_validated(model):
         model.score(PROMPT, loops=0)
 
 
+@pytest.mark.parametrize("loops", [4097, 2**20, 2**59, 2**63 - 1])
+def test_huge_depths_are_refused_by_name_not_crashes(model, loops):
+    # Sizes computed from loops (KV slots x blocks x bytes) once wrapped int64 and crashed.
+    for call in (lambda: model.generate(PROMPT, 3, loops=loops), lambda: model.score(PROMPT, loops=loops),
+                 lambda: model.generate(PROMPT, 3, loops=loops, beam_size=2)):
+        with pytest.raises(ValueError, match=r"loops must be in \[1, 4096\]"):
+            call()
+    with tl.Engine(model, kv_budget_mb=4) as eng, pytest.raises(ValueError, match="loops"):
+        eng.submit(PROMPT, max_tokens=3, loops=loops)
+
+
+@pytest.mark.parametrize("max_tokens", [2**62, 2**63 - 1])
+def test_huge_max_tokens_cannot_wrap_the_length_check(model, max_tokens):
+    with pytest.raises(RuntimeError, match="max_seq_len"):
+        model.generate(PROMPT, max_tokens)
+    with tl.Engine(model, kv_budget_mb=4) as eng, pytest.raises(RuntimeError, match="max_seq_len"):
+        eng.submit(PROMPT, max_tokens=max_tokens)
+
+
 def test_on_token_must_be_callable(model):
     with pytest.raises(ValueError, match="on_token"):
         model.generate_stream(PROMPT, 5)
