@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES="cmake g++ make libgtest-dev nlohmann-json3-dev libhwy-dev"
+APT_PACKAGES="cmake g++ make libgtest-dev nlohmann-json3-dev libhwy-dev chromium chromium-driver"
 missing=""
 for p in $APT_PACKAGES; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
