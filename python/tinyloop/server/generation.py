@@ -108,6 +108,12 @@ class ChoiceRun:
                       loops=[self.fixed_loops] * len(ids) if self.fixed_loops else None, final=final)
         self.queue.put_nowait((self.index, piece))
 
+    def _take_all(self) -> None:
+        items = self._poll()
+        if items:
+            self._take(items)
+            self.first.set()
+
     async def _pump(self) -> None:
         loop = asyncio.get_running_loop()
         ready = asyncio.Event()
@@ -115,12 +121,12 @@ class ChoiceRun:
         loop.add_reader(fd, ready.set)
         try:
             while True:
-                done = self.handle.done  # read before polling: what arrived with the end is polled too
-                items = self._poll()
-                if items:
-                    self._take(items)
-                    self.first.set()
-                if done:
+                # Poll, then look at done: poll() drains the eventfd, so a finish signalled
+                # before it is only seen through done (reading done first would miss it and
+                # wait forever); one signalled after it wakes the reader.
+                self._take_all()
+                if self.handle.done:
+                    self._take_all()  # what arrived with the end
                     break
                 await ready.wait()
                 ready.clear()
