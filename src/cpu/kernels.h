@@ -37,13 +37,16 @@ void pack_q8act(const ops::WeightView& w, void* out);
 std::string q8act_kernel_name();
 
 // The reduced-precision matmul of ops/matmul_bf16dot.h (x rounded to bf16, the packed BF16
-// copy w.bf16dot, float32 sums): the spec's bits, by vdpbf16ps when the CPU has AVX512-BF16,
-// else by a portable Highway kernel. Packed panels of 64 columns are split across the pool.
-// Throws std::invalid_argument when w.bf16dot is null.
+// copy w.bf16dot, float32 sums): on a CPU with AMX-BF16 the AMX chain by AMX tiles
+// (cpu/amx.h; off with TINYLOOP_DISABLE_AMX=1), else the spec's bits by vdpbf16ps when the
+// CPU has AVX512-BF16, else by a portable Highway kernel. Packed panels of 64 columns are
+// split across the pool. Throws std::invalid_argument when w.bf16dot is null.
 void matmul_bf16dot(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y);
-// Which kernel matmul_bf16dot runs now: "avx512bf16" or "portable-<Highway target>".
+// Which kernel matmul_bf16dot runs now: "amx", "avx512bf16" or "portable-<Highway target>".
 std::string bf16dot_kernel_name();
-// true: run the portable kernel even on an AVX512-BF16 CPU (tests, benchmarks).
+// true when matmul_bf16dot runs the AMX chain now (ops::ref::matmul_bf16dot_amx's bits).
+bool bf16dot_uses_amx();
+// true: run the portable kernel even on an AVX512-BF16 or AMX CPU (tests, benchmarks).
 void set_bf16dot_portable(bool on);
 
 // Causal attention, same contract as ops::attention, over an F32, F16 or INT8 slot (INT8:

@@ -1,7 +1,8 @@
 // The reduced-precision matmul (ops/matmul_bf16dot.h): x rounded to bf16 once per call, then
-// products with the packed BF16 weight copy accumulated in float32 by vdpbf16ps (AVX512-BF16)
-// when the CPU has it, else by the portable Highway kernel (matmul_bf16dot_hwy.cc). Both give
-// the spec's bits. Highway 1.0.3 has no vdpbf16ps, so this kernel is written with intrinsics
+// products with the packed BF16 weight copy accumulated in float32 by AMX tiles on a CPU
+// with AMX-BF16 (matmul_amx_bf16.cc: the AMX chain, for every T), else by vdpbf16ps
+// (AVX512-BF16) when the CPU has it, else by the portable Highway kernel
+// (matmul_bf16dot_hwy.cc). The last two give the spec's bits. Highway 1.0.3 has no vdpbf16ps, so this kernel is written with intrinsics
 // in functions compiled for that ISA (target attribute) and chosen at run time.
 //
 // Register tile: up to 6 x rows x one 64-column panel. A step i loads the panel's 4 vectors
@@ -21,6 +22,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "cpu/amx.h"
 #include "cpu/kernels.h"
 #include "cpu/matmul_bf16dot_internal.h"
 #include "cpu/matmul_split.h"
@@ -104,11 +106,18 @@ detail::Bf16DotTileFn tile_fn() {
   return detail::bf16dot_tile_portable();
 }
 
+// On an AMX-BF16 CPU every call takes the AMX kernel, whatever T: its chain differs from
+// vdpbf16ps's (ops/matmul_bf16dot.h), so mixing the two by T would break batch invariance.
+bool use_amx() { return !g_force_portable.load(std::memory_order_relaxed) && amx_bf16_active(); }
+
 }  // namespace
 
 void set_bf16dot_portable(bool on) { g_force_portable.store(on); }
 
+bool bf16dot_uses_amx() { return use_amx(); }
+
 std::string bf16dot_kernel_name() {
+  if (use_amx()) return "amx";
   return tile_fn() == detail::bf16dot_tile_portable() ? "portable-" + simd_target_name()
                                                       : "avx512bf16";
 }
@@ -117,6 +126,7 @@ std::string bf16dot_kernel_name() {
 void matmul_bf16dot(const float* x, int64_t T, const ops::WeightView& w, const float* bias,
                     float* y) {
   if (!w.bf16dot) throw std::invalid_argument("matmul_bf16dot: the weight view has no bf16 copy");
+  if (use_amx()) return matmul_bf16dot_amx(x, T, w, bias, y);
   const int64_t N = w.rows, K = w.cols, K2 = (K + 1) / 2;
   if (T <= 0 || N <= 0) return;
   thread_local std::vector<uint32_t> xp;  // [T, K2] x rounded and paired (read by the workers)

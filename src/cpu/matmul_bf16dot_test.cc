@@ -3,7 +3,8 @@
 // the spec's chain is exact up to results below 2^-126, which this data never reaches), on
 // odd sizes: K not a multiple of 2 / 32, N not a multiple of the 64-column panel, T across
 // the 6-row tile; and batch, slice and thread invariance. The AVX512-BF16 cases skip on a
-// CPU without it.
+// CPU without it. AMX is turned off here (set_amx_enabled(false)): on an AMX CPU the dispatch
+// would otherwise take the AMX chain, tested in matmul_amx_bf16_test.cc.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/amx.h"
 #include "cpu/kernels.h"
 #include "cpu/test_util.h"
 #include "cpu/thread_pool.h"
@@ -24,6 +26,12 @@ namespace {
 using ops::testing::random_floats;
 using ops::testing::store_weight;
 using ops::testing::StoredWeight;
+
+class NoAmx : public ::testing::Environment {
+ public:
+  void SetUp() override { set_amx_enabled(false); }
+};
+[[maybe_unused]] ::testing::Environment* const g_no_amx = ::testing::AddGlobalTestEnvironment(new NoAmx);
 
 struct Case {
   std::vector<float> x;          // [T, K]

@@ -51,7 +51,11 @@ void matmul_q8act(const float* x, int64_t T, const WeightView& w, const float* b
 }
 
 void matmul_bf16dot(const float* x, int64_t T, const WeightView& w, const float* bias, float* y) {
-  if (scalar()) return ref::matmul_bf16dot(x, T, w, bias, y);
+  // The reference of the chain the CPU kernel runs (AMX's or vdpbf16ps's), so forcing the
+  // scalar path never changes this mode's bits on one machine.
+  if (scalar())
+    return cpu::bf16dot_uses_amx() ? ref::matmul_bf16dot_amx(x, T, w, bias, y)
+                                   : ref::matmul_bf16dot(x, T, w, bias, y);
   cpu::matmul_bf16dot(x, T, w, bias, y);
 }
 

@@ -75,14 +75,40 @@ inline void round_rows_bf16dot(const float* x, int64_t T, int64_t K, uint32_t* x
   }
 }
 
+// The AMX chain (CPUs with AMX-BF16, cpu/amx.h): TDPBF16PS does NOT sum in the order above.
+// Measured on a Sapphire-Rapids-class Xeon (2026-12-02: 40 000 single-instruction elements
+// with random accumulators, all equal, none matching any one-chain order; and every call of
+// cpu/matmul_amx_bf16_test.cc; the SDM's newer pseudo-code says the same): one instruction
+// takes 16 pairs (32 columns) of a row and a column, sums the even products and the odd
+// products in two separate chains from +0, adds the two, and only then adds that to the
+// accumulator tile:
+//   acc = +0
+//   for b = 0 .. ceil(K2 / 16) - 1:    (blocks of 16 pairs, in order; pairs past K2 are 0)
+//     e = +0, o = +0
+//     for i = 16 b .. 16 b + 15:  e = e + xb[2i] * wb[2i];  o = o + xb[2i + 1] * wb[2i + 1]
+//     acc = acc + (e + o)
+//   y[t, n] = acc (+ bias[n])
+// Same rounding (each step once, to nearest even), same flushing of subnormals; a different
+// association, so most elements differ from vdpbf16ps's chain in the last bits (77 % at
+// K = 768 on random data). Within one CPU the mode stays batch invariant: on an AMX CPU
+// every call (any T, decode included) runs this chain, so a row's bits never depend on the
+// batch; across CPUs (AMX or not) the mode's outputs differ in the last bits.
+// Between the two chains (sums of the same exact products; first-order error bounds of K
+// and 17 + ceil(K2 / 16) roundings): |y_amx - y| <= (K + 17 + ceil(K2 / 16)) * 2^-24 *
+// sum_k |xb[k] wb[k]|, the tolerance cpu/matmul_amx_bf16_test.cc checks.
+constexpr int64_t kBf16DotAmxPairs = 16;  // pairs per TDPBF16PS step (one 64-byte tile row)
+
 namespace ref {
 // The spec above, as plain loops: x [T, K], w a view with bf16dot set ([N, K], the packed
 // copy), bias [N] or null, y [T, N]. Throws std::invalid_argument when w.bf16dot is null.
 void matmul_bf16dot(const float* x, int64_t T, const WeightView& w, const float* bias, float* y);
+// The AMX chain above, same contract.
+void matmul_bf16dot_amx(const float* x, int64_t T, const WeightView& w, const float* bias, float* y);
 }  // namespace ref
 
-// The dispatched op (the SIMD kernel unless TINYLOOP_FORCE_SCALAR), same contract as
-// ref::matmul_bf16dot. ops::matmul calls it for views with bf16dot set.
+// The dispatched op, same contract: on an AMX-BF16 CPU (unless TINYLOOP_DISABLE_AMX=1) the
+// AMX chain, else the vdpbf16ps chain; TINYLOOP_FORCE_SCALAR runs the reference of the chain
+// in use. ops::matmul calls it for views with bf16dot set.
 void matmul_bf16dot(const float* x, int64_t T, const WeightView& w, const float* bias, float* y);
 
 }  // namespace tinyloop::ops

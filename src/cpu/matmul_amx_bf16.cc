@@ -1,0 +1,163 @@
+// The AMX-BF16 matmul of the reduced-precision loop body (cpu/amx.h; arithmetic: the AMX
+// chain of ops/matmul_bf16dot.h, which is what TDPBF16PS computes).
+//
+// Operands. TDPBF16PS multiplies an "A" tile (16 rows x 16 bf16 pairs: x rows) by a "B"
+// tile (16 pair-rows x 16 columns' (even, odd) pairs) into a "C" tile (16 x 16 floats). The
+// packed weight copy (ops::pack_bf16dot) already stores one 64-column panel as [K2, 64]
+// pairs, so the B tile of columns c0 .. c0 + 15 and pairs i0 .. i0 + 15 is 16 rows of 64
+// bytes at panel + i0 * 64 + c0, 256 bytes apart: loaded as it is, no second copy.
+//
+// Edges. Every tile has one shape (16 rows x 64 bytes), configured once per task:
+//   - rows: x is rounded into a buffer of ceil(T / 16) * 16 rows, the extra rows zero; their
+//     results are computed and dropped;
+//   - K: that buffer's rows are K2p = ceil(K2 / 16) * 16 pairs long, zero past K2; the last
+//     B tile of a panel (K2 % 16 pair-rows) is copied into a zeroed 16-row scratch first, so
+//     no load reads past the packed copy. Zero pairs add +0 to both chains: same bits as a
+//     shorter tile;
+//   - N: the packed copy pads the last panel to 64 columns with zeros; those are dropped.
+// A row's chain never depends on T, on where it falls in a tile, or on the thread: batch
+// invariance holds as long as every call on this CPU takes this kernel (cpu/matmul_bf16dot.cc).
+//
+// Tile registers: C0..C3 (tmm0-3) hold a 16-row x 64-column output block, A (tmm4) the x
+// step, B (tmm5-7) rotate over the panel's 4 column groups: per 16-pair step, 1 A and 4 B
+// loads (1 KiB each) feed 4 TDPBF16PS (16 x 16 x 32 multiply-adds each). Software prefetch
+// of the next B blocks was tried for decode and measured slower.
+//
+// Threads: tasks of whole panels; each task loads the tile config (ldtilecfg, per thread)
+// first and releases the tiles (tilerelease) last.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "cpu/amx.h"
+#include "cpu/matmul_split.h"
+#include "cpu/thread_pool.h"
+#include "ops/matmul_bf16dot.h"
+
+namespace tinyloop::cpu {
+namespace {
+
+constexpr int64_t C = ops::kBf16DotPanel;      // 64 columns a panel: 4 C tiles of 16
+constexpr int64_t kPairs = ops::kBf16DotAmxPairs;  // 16 pairs a step: one 64-byte tile row
+constexpr int64_t kRows = 16;                  // rows of every tile
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TINYLOOP_AMX_BF16 __attribute__((target("amx-tile,amx-bf16")))
+
+// The 64-byte tile configuration (palette 1): tiles 0..7 all 16 rows x 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};  // bytes per row of each tile
+  uint8_t rows[16] = {};
+};
+
+constexpr TileConfig make_config() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = kRows;
+  }
+  return cfg;
+}
+constexpr TileConfig kConfig = make_config();
+
+// ldtilecfg with the whole 64-byte struct as the asm's memory operand: GCC 12's
+// _tile_loadconfig names only its first 8 bytes, so the compiler may drop the stores of the
+// rest (a config on the stack then loads garbage shapes and the first tile op faults).
+TINYLOOP_AMX_BF16 void load_config() { __asm__ volatile("ldtilecfg %0" ::"m"(kConfig)); }
+
+TINYLOOP_AMX_BF16 void release_tiles() { _tile_release(); }
+
+// out[16, 64] = the AMX chain for 16 x rows by one panel.
+//   xp      [16, ldx] rounded, paired x rows (zero-padded to ldx = K2p pairs)
+//   panel   [K2, 64] pairs of the packed weight
+//   tail    [16, 64] the panel's last K2 % 16 pair-rows, zero-padded (unused when 16 | K2)
+//   out     [16, 64]
+TINYLOOP_AMX_BF16 void block16(const uint32_t* xp, int64_t ldx, int64_t K2, const uint32_t* panel,
+                               const uint32_t* tail, float* out) {
+  // GCC 12's tile intrinsics are asm statements without a memory clobber: these barriers
+  // keep the compiler from moving the stores of xp / tail after the loads, or the reads of
+  // out before the stores.
+  __asm__ volatile("" ::: "memory");
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  const int64_t full = K2 / kPairs, steps = (K2 + kPairs - 1) / kPairs;
+  for (int64_t s = 0; s < steps; ++s) {
+    const uint32_t* b = s < full ? panel + s * kPairs * C : tail;  // [16, 64] pairs
+    _tile_loadd(4, xp + s * kPairs, ldx * 4);
+    _tile_loadd(5, b, C * 4);
+    _tile_loadd(6, b + 16, C * 4);
+    _tile_loadd(7, b + 32, C * 4);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_loadd(5, b + 48, C * 4);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+  _tile_stored(0, out, C * 4);
+  _tile_stored(1, out + 16, C * 4);
+  _tile_stored(2, out + 32, C * 4);
+  _tile_stored(3, out + 48, C * 4);
+  __asm__ volatile("" ::: "memory");
+}
+#endif
+
+}  // namespace
+
+// x [T, K], w.bf16dot [ceil(N / 64), K2, 64] pairs, bias [N] or null, y [T, N].
+void matmul_bf16dot_amx(const float* x, int64_t T, const ops::WeightView& w, const float* bias,
+                        float* y) {
+  if (!w.bf16dot) throw std::invalid_argument("matmul_bf16dot: the weight view has no bf16 copy");
+  if (!amx_status().bf16) throw std::logic_error("matmul_bf16dot_amx: " + amx_status().reason);
+#if defined(__x86_64__) && defined(__GNUC__)
+  const int64_t N = w.rows, K = w.cols, K2 = (K + 1) / 2;
+  if (T <= 0 || N <= 0) return;
+  const int64_t Tp = (T + kRows - 1) / kRows * kRows;        // rows padded to whole tiles
+  const int64_t K2p = std::max<int64_t>((K2 + kPairs - 1) / kPairs * kPairs, kPairs);
+  thread_local std::vector<uint32_t> xbuf;  // [Tp, K2p] x rounded, paired, zero-padded
+  xbuf.assign(size_t(Tp * K2p), 0u);
+  for (int64_t t = 0; t < T; ++t) ops::round_rows_bf16dot(x + t * K, 1, K, xbuf.data() + t * K2p);
+  const uint32_t* xp = xbuf.data();
+  const int64_t P = (N + C - 1) / C, rem = K2 % kPairs;
+
+  // Tasks of g panels: few enough that one ldtilecfg per task is nothing (a decode's panel
+  // is only 24-64 TDPBF16PS), enough for the pool to balance (~4 a thread).
+  const int64_t g = std::max<int64_t>(1, P / (4 * std::max(1, num_threads())));
+  detail::for_row_chunks(T, N, K, g * C, [&](int64_t n0, int64_t n1) {
+    load_config();
+    alignas(64) uint32_t tail[kRows * C];  // [16, 64] the last pair-rows of a panel, zero-padded
+    alignas(64) float out[kRows * C];      // [16, 64] one output block
+    for (int64_t p = n0 / C; p * C < n1; ++p) {
+      const uint32_t* panel = w.bf16dot + p * K2 * C;  // [K2, 64]
+      if (rem) {
+        std::memcpy(tail, panel + (K2 - rem) * C, size_t(rem * C) * 4);
+        std::memset(tail + rem * C, 0, size_t((kRows - rem) * C) * 4);
+      }
+      const int64_t c0 = p * C, nc = std::min(C, N - c0);
+      for (int64_t t0 = 0; t0 < T; t0 += kRows) {
+        block16(xp + t0 * K2p, K2p, K2, panel, tail, out);
+        for (int64_t r = 0; r < std::min(kRows, T - t0); ++r) {
+          float* yr = y + (t0 + r) * N + c0;  // [nc]
+          const float* o = out + r * C;       // [64]
+          if (bias)
+            for (int64_t c = 0; c < nc; ++c) yr[c] = o[c] + bias[c0 + c];
+          else
+            std::copy(o, o + nc, yr);
+        }
+      }
+    }
+    release_tiles();
+  });
+#else
+  (void)x, (void)T, (void)bias, (void)y;
+#endif
+}
+
+}  // namespace tinyloop::cpu
