@@ -42,7 +42,8 @@ std::string amx_inactive_reason();
 // The AMX-BF16 matmul: y[T, N] = bf16(x)[T, K] @ Wb^T (+ bias) on the packed copy w.bf16dot
 // (ops/matmul_bf16dot.h: its panels are TDPBF16PS "B" tiles as they are), with the AMX
 // chain of ops::ref::matmul_bf16dot_amx (not vdpbf16ps's chain: see that header). Any
-// T >= 1, N, K; panels of 64 columns split across the pool. Throws std::logic_error when
+// T >= 1, N, K (T = 1: the same chain on AVX-512 vectors, faster for one row); panels of 64
+// columns split across the pool. Throws std::logic_error when
 // amx_status().bf16 is false, std::invalid_argument when w.bf16dot is null.
 void matmul_bf16dot_amx(const float* x, int64_t T, const ops::WeightView& w, const float* bias,
                         float* y);
