@@ -162,6 +162,11 @@ def cmd_chat(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    try:
+        import fastapi, outlines_core, uvicorn  # noqa: F401,E401
+    except ImportError as e:
+        raise RuntimeError(f"the server needs {e.name}: pip install fastapi uvicorn outlines-core "
+                           "(versions: requirements-dev.txt)") from None
     from .server.serve import run
 
     args.model = args.model or _default_model()

@@ -204,6 +204,35 @@ def test_completion_logprobs_and_echo(srv, client):
     assert abs(score_only.choices[0].logprobs.token_logprobs[-1] - elp.token_logprobs[-1]) < 1e-3
 
 
+def test_loglikelihood_like_lm_eval(srv):
+    """lm-evaluation-harness's local-completions request for loglikelihoods (a batch of
+    token-id prompts, echo, max_tokens 1, logprobs 1) and its parsing: the continuation's
+    summed logprob equals a direct log-softmax of Model.score, and is_greedy agrees."""
+    import numpy as np
+
+    needs_logprobs()
+    st = srv.state
+    ctx = st.encode("It is a truth universally")
+    conts = [st.encode(" acknowledged", add_special_tokens=False), st.encode(" banana split", add_special_tokens=False)]
+    prompts = [ctx + c for c in conts]
+    info = httpx.get(srv.url + "/tokenizer_info").json()  # lm_eval probes it, then uses /tokenize
+    assert "eos_token" in info and info["model_max_length"] == st.max_seq_len
+    body = {"model": st.model_name, "prompt": prompts, "temperature": 0, "max_tokens": 1, "logprobs": 1,
+            "seed": 1234, "echo": True}
+    out = httpx.post(srv.url + "/v1/completions", json=body, timeout=60).json()
+    for choice, ids, cont in zip(sorted(out["choices"], key=lambda c: c["index"]), prompts, conts):
+        lp = choice["logprobs"]
+        got = sum(lp["token_logprobs"][len(ctx):-1])
+        greedy = all(t == max(top.values()) for t, top in zip(lp["token_logprobs"][len(ctx):-1],
+                                                               lp["top_logprobs"][len(ctx):-1]))
+        logits = st.model.score(np.asarray(ids, dtype=np.int32)).astype(np.float64)
+        logp = logits - logits.max(1, keepdims=True)
+        logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+        want = sum(logp[i - 1, ids[i]] for i in range(len(ctx), len(ids)))
+        want_greedy = all(logp[i - 1].argmax() == ids[i] for i in range(len(ctx), len(ids)))
+        assert got == pytest.approx(want, abs=1e-4) and greedy == want_greedy
+
+
 def test_chat_logprobs(srv, client):
     needs_logprobs()
     m = model_of(srv)
@@ -303,3 +332,6 @@ def test_models_tokenize_metrics(srv, client):
         assert f"\n{name}" in "\n" + text, name
     assert 'endpoint="/v1/completions",status="200"' in text
     assert httpx.get(srv.url + "/health").json()["status"] == "ok"
+    page = httpx.get(srv.url + "/")  # the chat page, served from the package's static/
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "/v1/chat/completions" in page.text

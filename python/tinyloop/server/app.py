@@ -145,6 +145,17 @@ def create_app(state, api_key: str | None = None, max_body_bytes: int = DEFAULT_
             ids = state.encode(req.prompt, add_special_tokens=req.add_special_tokens)
         return {"tokens": ids, "count": len(ids), "max_model_len": state.max_seq_len}
 
+    @app.get("/tokenizer_info")
+    async def tokenizer_info():
+        # vLLM's endpoint: lm-evaluation-harness (local-completions) finds it and then
+        # tokenizes through /tokenize and /detokenize instead of downloading a tokenizer
+        if state.tokenizer is None:
+            raise bad_param(None, "this model has no tokenizer")
+        return {"tokenizer_class": "tokenizers.Tokenizer", "eos_token": state.special.get("eos_token"),
+                "bos_token": state.special.get("bos_token"), "pad_token": None,
+                "chat_template": state.template, "model_max_length": state.max_seq_len,
+                "vocab_size": state.cfg["vocab_size"]}
+
     @app.post("/detokenize")
     async def detokenize(request: Request):
         req = await parse_body(request, DetokenizeRequest)

@@ -2,6 +2,7 @@
 transcript without one), n choices, logprobs / top_logprobs, streamed or not."""
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
@@ -16,9 +17,13 @@ from .params import build_kwargs, check_model, output_length
 from .prompts import chat_prompt_ids
 from .protocol import ChatCompletionRequest
 
+log = logging.getLogger("tinyloop.server")
+
 
 async def handle(state, request, req: ChatCompletionRequest):
     check_model(state, req.model)
+    if req.user:
+        log.info("request for user %r", req.user)  # OpenAI's end-user id: accepted, logged
     ids, extra_stops, templated = chat_prompt_ids(state, req.messages)
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     max_tokens = output_length(state, [ids], req.output_limit(), None, param)

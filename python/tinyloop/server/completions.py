@@ -2,6 +2,7 @@
 and logprobs, streamed or not (docs/server.md)."""
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
@@ -17,6 +18,8 @@ from .protocol import CompletionRequest
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
+log = logging.getLogger("tinyloop.server")
+
 
 def _tinyloop(c) -> dict:
     loops = c.loops_per_token
@@ -26,6 +29,8 @@ def _tinyloop(c) -> dict:
 
 async def handle(state, request, req: CompletionRequest):
     check_model(state, req.model)
+    if req.user:
+        log.info("request for user %r", req.user)  # OpenAI's end-user id: accepted, logged
     prompts = [completion_prompt_ids(state, p, i, len(req.prompt)) for i, p in enumerate(req.prompt)]
     prompt_texts = [p if isinstance(p, str) else state.decode(p) for p in req.prompt]
     rid, created = "cmpl-" + uuid.uuid4().hex, int(time.time())

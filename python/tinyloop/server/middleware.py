@@ -16,8 +16,8 @@ import hmac
 from .errors import error_body
 
 # Paths behind the API key and the drain; /, /health and /metrics stay open.
-API_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
-KNOWN = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize",
+API_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/tokenizer_info")
+KNOWN = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize", "/tokenizer_info",
          "/health", "/metrics", "/")
 
 

@@ -9,7 +9,7 @@ are accepted by name and refused with a 400 that says so, rather than ignored.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -20,6 +20,7 @@ MAX_TOKENS_LIMIT = 1_000_000  # a bound for the type check; the context limit is
 MAX_N = 16                    # choices per prompt: each holds its own KV
 MAX_STOPS = 16
 MAX_LOGPROBS = 20
+MAX_CHOICES = 256             # prompts x n of one /v1/completions request (a batch of an eval harness)
 
 
 class _Strict(BaseModel):
@@ -109,9 +110,6 @@ class _Sampling(_Strict):
         return list(self.stop or [])
 
 
-PromptType = Union[str, list[int], list[str], list[list[int]]]
-
-
 class CompletionRequest(_Sampling):
     prompt: Any  # checked by _prompt (a union's errors would not name the problem)
     echo: bool = False
@@ -155,8 +153,8 @@ class CompletionRequest(_Sampling):
             raise bad_param("best_of", "best_of other than n is not supported", "unsupported_parameter")
         if self.max_tokens == 0 and not self.echo:
             raise bad_param("max_tokens", "max_tokens must be at least 1 (0 only with echo)")
-        if len(self.prompt) * self.n > 64:
-            raise bad_param("prompt", f"at most 64 prompts x n per request, got {len(self.prompt) * self.n}")
+        if len(self.prompt) * self.n > MAX_CHOICES:
+            raise bad_param("prompt", f"at most {MAX_CHOICES} prompts x n per request, got {len(self.prompt) * self.n}")
         return self
 
 
