@@ -110,6 +110,38 @@ TINYLOOP_AMX_BF16 void block16(const uint32_t* xp, int64_t ldx, int64_t K2, cons
   __asm__ volatile("" ::: "memory");
 }
 
+// out[32, 64] = the AMX chain for 32 x rows by one panel, in two 32-column halves of 2 x 2
+// tiles: C00 C01 C10 C11 (tmm0-3) from A0 A1 (tmm4-5: rows 0-15, 16-31) and B0 B1 (tmm6-7),
+// so each loaded tile feeds two TDPBF16PS (block16: 1.25 loads a TDPBF16PS, here 1).
+//   xp [32, ldx], panel [K2, 64], tail [16, 64], out [32, 64]: as block16.
+TINYLOOP_AMX_BF16 void block32(const uint32_t* xp, int64_t ldx, int64_t K2, const uint32_t* panel,
+                               const uint32_t* tail, float* out) {
+  __asm__ volatile("" ::: "memory");
+  const int64_t full = K2 / kPairs, steps = (K2 + kPairs - 1) / kPairs;
+  for (int64_t h = 0; h < C; h += 32) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t s = 0; s < steps; ++s) {
+      const uint32_t* b = (s < full ? panel + s * kPairs * C : tail) + h;  // [16, 32 of 64] pairs
+      _tile_loadd(4, xp + s * kPairs, ldx * 4);
+      _tile_loadd(6, b, C * 4);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_loadd(7, b + 16, C * 4);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_loadd(5, xp + kRows * ldx + s * kPairs, ldx * 4);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, out + h, C * 4);
+    _tile_stored(1, out + h + 16, C * 4);
+    _tile_stored(2, out + kRows * C + h, C * 4);
+    _tile_stored(3, out + kRows * C + h + 16, C * 4);
+  }
+  __asm__ volatile("" ::: "memory");
+}
+
 // One x row (decode) by one panel, the same AMX chain on AVX-512 registers: tiles would
 // spend 15 of their 16 rows on zeros, and streaming a panel through tile loads measured
 // ~10 % slower than through vector loads. Each lane is one column: the even and odd chains
@@ -156,7 +188,7 @@ void matmul_bf16dot_amx(const float* x, int64_t T, const ops::WeightView& w, con
 #if defined(__x86_64__) && defined(__GNUC__)
   const int64_t N = w.rows, K = w.cols, K2 = (K + 1) / 2;
   if (T <= 0 || N <= 0) return;
-  const int64_t Tp = (T + kRows - 1) / kRows * kRows;        // rows padded to whole tiles
+  const int64_t Tp = (T + 2 * kRows - 1) / (2 * kRows) * (2 * kRows);  // rows padded to 32-row blocks
   const int64_t K2p = std::max<int64_t>((K2 + kPairs - 1) / kPairs * kPairs, kPairs);
   thread_local std::vector<uint32_t> xbuf;  // [Tp, K2p] x rounded, paired, zero-padded
   xbuf.assign(size_t(Tp * K2p), 0u);
@@ -182,7 +214,7 @@ void matmul_bf16dot_amx(const float* x, int64_t T, const ops::WeightView& w, con
   detail::for_row_chunks(T, N, K, g * C, [&](int64_t n0, int64_t n1) {
     load_config();
     alignas(64) uint32_t tail[kRows * C];  // [16, 64] the last pair-rows of a panel, zero-padded
-    alignas(64) float out[kRows * C];      // [16, 64] one output block
+    alignas(64) float out[2 * kRows * C];  // [32, 64] one output block
     for (int64_t p = n0 / C; p * C < n1; ++p) {
       const uint32_t* panel = w.bf16dot + p * K2 * C;  // [K2, 64]
       if (rem) {
@@ -190,9 +222,11 @@ void matmul_bf16dot_amx(const float* x, int64_t T, const ops::WeightView& w, con
         std::memset(tail + rem * C, 0, size_t((kRows - rem) * C) * 4);
       }
       const int64_t c0 = p * C, nc = std::min(C, N - c0);
-      for (int64_t t0 = 0; t0 < T; t0 += kRows) {
-        block16(xp + t0 * K2p, K2p, K2, panel, tail, out);
-        for (int64_t r = 0; r < std::min(kRows, T - t0); ++r) {
+      for (int64_t t0 = 0, mt; t0 < T; t0 += mt) {
+        mt = T - t0 > kRows ? 2 * kRows : kRows;  // 32-row blocks while > 16 rows remain
+        if (mt == 2 * kRows) block32(xp + t0 * K2p, K2p, K2, panel, tail, out);
+        else block16(xp + t0 * K2p, K2p, K2, panel, tail, out);
+        for (int64_t r = 0; r < std::min(mt, T - t0); ++r) {
           float* yr = y + (t0 + r) * N + c0;  // [nc]
           const float* o = out + r * C;       // [64]
           if (bias)
