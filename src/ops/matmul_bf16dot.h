@@ -76,7 +76,7 @@ inline void round_rows_bf16dot(const float* x, int64_t T, int64_t K, uint32_t* x
 }
 
 // The AMX chain (CPUs with AMX-BF16, cpu/amx.h): TDPBF16PS does NOT sum in the order above.
-// Measured on a Sapphire-Rapids-class Xeon (2026-12-02: 40 000 single-instruction elements
+// Measured on the AMX Xeon of docs/benchmarks.md (2026-12-02: 40 000 single-instruction elements
 // with random accumulators, all equal, none matching any one-chain order; and every call of
 // cpu/matmul_amx_bf16_test.cc; the SDM's newer pseudo-code says the same): one instruction
 // takes 16 pairs (32 columns) of a row and a column, sums the even products and the odd
