@@ -43,10 +43,11 @@ class QueueSink : public runtime::RequestSink {
     if (fd_ < 0) throw std::runtime_error("eventfd failed");
   }
   ~QueueSink() override { close(fd_); }
-  void on_token(int32_t token, int64_t, const runtime::TokenLogprobs* lp) override {
+  void on_token(int32_t token, int64_t depth, const runtime::TokenLogprobs* lp) override {
     {
       std::lock_guard<std::mutex> l(mu_);
       queue_.push_back(token);
+      depth_queue_.push_back(depth);
       if (lp) lp_queue_.push_back(*lp);
     }
     signal();
@@ -66,6 +67,7 @@ class QueueSink : public runtime::RequestSink {
     if (queue_.empty()) return std::nullopt;
     const int32_t t = queue_.front();
     queue_.pop_front();
+    depth_queue_.pop_front();
     if (!lp_queue_.empty()) lp_queue_.pop_front();  // iteration gives ids only
     return t;
   }
@@ -77,20 +79,28 @@ class QueueSink : public runtime::RequestSink {
     std::lock_guard<std::mutex> l(mu_);
     std::vector<int32_t> out(queue_.begin(), queue_.end());
     queue_.clear();
+    depth_queue_.clear();
     lp_queue_.clear();
     return out;
   }
-  // poll() with each token's log-probabilities (NaN and no alternatives when the request
-  // did not ask for them).
-  std::vector<std::pair<int32_t, runtime::TokenLogprobs>> poll_logprobs() {
+  // One token as poll_detail() reports it.
+  struct Detail {
+    int32_t token;
+    int64_t loops;  // iterations behind it (early exit lowers it)
+    runtime::TokenLogprobs logprobs;  // NaN and no alternatives when not asked for
+  };
+  // poll() with each token's loop depth and log-probabilities.
+  std::vector<Detail> poll_detail() {
     uint64_t v;
     while (read(fd_, &v, sizeof v) > 0) {
     }
     std::lock_guard<std::mutex> l(mu_);
-    std::vector<std::pair<int32_t, runtime::TokenLogprobs>> out;
+    std::vector<Detail> out;
     for (size_t i = 0; i < queue_.size(); ++i)
-      out.emplace_back(queue_[i], i < lp_queue_.size() ? lp_queue_[i] : runtime::TokenLogprobs{std::nanf(""), {}});
+      out.push_back({queue_[i], depth_queue_[i],
+                     i < lp_queue_.size() ? lp_queue_[i] : runtime::TokenLogprobs{std::nanf(""), {}}});
     queue_.clear();
+    depth_queue_.clear();
     lp_queue_.clear();
     return out;
   }
@@ -124,6 +134,7 @@ class QueueSink : public runtime::RequestSink {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<int32_t> queue_;
+  std::deque<int64_t> depth_queue_;              // beside queue_: loops behind each token
   std::deque<runtime::TokenLogprobs> lp_queue_;  // beside queue_ when the request wants logprobs
   RequestResult result_;
   bool done_ = false;
@@ -405,11 +416,21 @@ the wait timed out); cancel() ends it at the next step and frees its KV.)doc")
       .def("poll_logprobs",
            [](PyHandle& h) {
              py::list out;
-             for (const auto& [tok, lp] : h.sink->poll_logprobs()) out.append(py::make_tuple(tok, lp.logprob, lp.top));
+             for (const auto& d : h.sink->poll_detail())
+               out.append(py::make_tuple(d.token, d.logprobs.logprob, d.logprobs.top));
              return out;
            },
            "Like poll(), with log-probabilities: [(token_id, logprob, [(id, logprob), ...])]\n"
            "(NaN and [] when the request's logprobs was None).")
+      .def("poll_detail",
+           [](PyHandle& h) {
+             py::list out;
+             for (const auto& d : h.sink->poll_detail())
+               out.append(py::make_tuple(d.token, d.loops, d.logprobs.logprob, d.logprobs.top));
+             return out;
+           },
+           "Like poll(), with each token's loop depth (early exit lowers it) and log-probabilities:\n"
+           "[(token_id, loops, logprob, [(id, logprob), ...])] (NaN and [] when logprobs was None).")
       .def("fileno", [](const PyHandle& h) { return h.sink->fd(); })
       .def_property_readonly("done", [](const PyHandle& h) { return h.sink->done(); })
       .def("result",

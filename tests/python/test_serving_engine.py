@@ -117,6 +117,17 @@ def test_handle_iterates_tokens_and_reports():
         assert out.prompt_tokens == 3 and out.mean_loops == model.config()["default_loops"]
         assert 0 <= out.queue_ms <= out.first_token_ms <= out.total_ms
         assert h.done and h.poll() == []
+        # poll_detail: each token with the depth it ran (early exit makes them differ)
+        h = eng.submit([10, 20, 30], max_tokens=12, loops=8, early_exit_patience=1, early_exit_min_L=1,
+                       early_exit_tau=0.5)
+        detail = []
+        while not h.done:
+            detail += h.poll_detail()
+            time.sleep(0.001)
+        detail += h.poll_detail()
+        out = h.result()
+        assert [d[0] for d in detail] == out.tokens and [d[1] for d in detail] == out.loops_per_token
+        assert min(out.loops_per_token) < 8 and all(np.isnan(d[2]) and d[3] == [] for d in detail)
 
 
 def test_cancel_timeout_queue_and_close():

@@ -29,9 +29,9 @@ async def handle(state, request, req: ChatCompletionRequest):
     max_tokens = output_length(state, [ids], req.output_limit(), None, param)
     stops = req.stop_list() + extra_stops
     k = (req.top_logprobs or 0) if req.logprobs else None
-    kwargs, fixed = await build_kwargs(state, req, max_tokens, stops, k,
+    kwargs = await build_kwargs(state, req, max_tokens, stops, k,
                                        extra_stop_ids=state.chat_stop_ids if templated else ())
-    job = Job(state, [ids], req.n, kwargs, stops, k is not None, fixed)
+    job = Job(state, [ids], req.n, kwargs, stops, k is not None)
     base = {"id": "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion", "created": int(time.time()),
             "model": state.model_name, "system_fingerprint": None}
     # Without a template the reply continues "Assistant:": its leading space is the

@@ -44,8 +44,8 @@ async def handle(state, request, req: CompletionRequest):
 
     max_tokens = output_length(state, prompts, req.max_tokens, DEFAULT_MAX_TOKENS)
     stops = req.stop_list()
-    kwargs, fixed = await build_kwargs(state, req, max_tokens, stops, k)
-    job = Job(state, prompts, req.n, kwargs, stops, k is not None, fixed)
+    kwargs = await build_kwargs(state, req, max_tokens, stops, k)
+    job = Job(state, prompts, req.n, kwargs, stops, k is not None)
     base = {"id": rid, "object": "text_completion", "created": created, "model": state.model_name}
 
     if req.stream:

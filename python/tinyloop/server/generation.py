@@ -34,21 +34,20 @@ class Piece:
 
 class ChoiceRun:
     def __init__(self, state, prompt_ids: list[int], kwargs: dict, stops: list[str],
-                 want_logprobs: bool, fixed_loops: int | None, index: int = 0,
+                 want_logprobs: bool, index: int = 0,
                  queue: asyncio.Queue | None = None):
         self.state = state
         self.index = index
         self.prompt_ids = prompt_ids
         self.kwargs = kwargs
         self.want_logprobs = want_logprobs
-        self.fixed_loops = fixed_loops  # the depth of every token, when early exit is off
         self.matcher = StopMatcher(stops)
         self.decoder = TextDecoder(state.tokenizer, prompt_ids) if state.tokenizer else None
         self.handle = None
         self.queue = queue if queue is not None else asyncio.Queue()  # (index, Piece)
         self.first = asyncio.Event()  # first token arrived, or the request ended
         self.task: asyncio.Task | None = None
-        self.pending: list = []       # (id, logprob entry, start, end) not yet released
+        self.pending: list = []       # (id, logprob entry, start, end, loops) not yet released
         self.n_tokens = 0             # generated tokens (all of them, even past a stop string)
         self.output = None            # the engine's RequestOutput
         self.finish_reason: str | None = None
@@ -71,20 +70,19 @@ class ChoiceRun:
     # ------------------------------------------------------------------ the pump
 
     def _poll(self) -> list:
-        h = self.handle
-        if self.want_logprobs:
-            return [(int(t), (float(lp), [(int(i), float(v)) for i, v in top])) for t, lp, top in h.poll_logprobs()]
-        return [(int(t), None) for t in h.poll()]
+        """[(token id, loops, logprob entry or None)] that arrived since the last poll."""
+        return [(int(t), int(loops), (float(lp), [(int(i), float(v)) for i, v in top]) if self.want_logprobs else None)
+                for t, loops, lp, top in self.handle.poll_detail()]
 
     def _take(self, items) -> None:
         if self.matcher.stopped:
             return  # tokens after a stop string (the cancel takes effect at the next step)
-        for tid, lp in items:
+        for tid, loops, lp in items:
             self.n_tokens += 1
             start = len(self.matcher.text)
             delta = self.decoder.push([tid]) if self.decoder else ""
             released = self.matcher.push(delta)
-            self.pending.append((tid, lp, start, len(self.matcher.text)))
+            self.pending.append((tid, lp, start, len(self.matcher.text), loops))
             if released:
                 self._release(released)
             if self.matcher.stopped:
@@ -95,7 +93,7 @@ class ChoiceRun:
         upto = self.matcher.sent
         keep, out = [], []
         for tok in self.pending:
-            _, _, start, end = tok
+            _, _, start, end, _ = tok
             if start < upto or (end <= upto and not self.matcher.stopped) or (final and not self.matcher.stopped):
                 out.append(tok)
             elif not self.matcher.stopped:
@@ -105,7 +103,7 @@ class ChoiceRun:
         ids = [t[0] for t in out]
         piece = Piece(text=text, tokens=ids,
                       logprobs=[(t[0], t[1][0], t[1][1]) for t in out] if self.want_logprobs else None,
-                      loops=[self.fixed_loops] * len(ids) if self.fixed_loops else None, final=final)
+                      loops=[t[4] for t in out], final=final)
         self.queue.put_nowait((self.index, piece))
 
     def _take_all(self) -> None:

@@ -41,7 +41,7 @@ class ClientGone(Exception):
 
 class Job:
     def __init__(self, state, prompts: list[list[int]], n: int, kwargs: dict, stops: list[str],
-                 want_logprobs: bool, fixed_loops: int | None):
+                 want_logprobs: bool):
         self.state = state
         self.prompts = prompts
         self.n = n
@@ -53,7 +53,7 @@ class Job:
                 kw = dict(kwargs)
                 if seed is not None:
                     kw["seed"] = (seed + i) % 2**64
-                self.choices.append(ChoiceRun(state, ids, kw, stops, want_logprobs, fixed_loops,
+                self.choices.append(ChoiceRun(state, ids, kw, stops, want_logprobs,
                                               index=p * n + i, queue=self.queue))
 
     def _submit(self, c: ChoiceRun) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import functools
 
-import tinyloop_py as tl
 
 from .errors import ApiError, bad_param
 from .protocol import engine_kwargs
@@ -14,17 +13,6 @@ from .schema import grammar_pattern
 
 
 @functools.lru_cache(maxsize=None)
-def engine_supports(name: str) -> bool:
-    """Whether this engine build's SamplingParams takes `name` (logprobs and the OpenAI
-    penalties came with the server's issue)."""
-    probe = {"logprobs": 0, "presence_penalty": 0.0, "frequency_penalty": 0.0}[name]
-    try:
-        tl.SamplingParams(**{name: probe})
-        return True
-    except TypeError:
-        return False
-
-
 def check_model(state, name: str | None) -> None:
     if name is not None and name != state.model_name:
         raise ApiError(404, f"The model '{name}' does not exist (this server serves '{state.model_name}').",
@@ -64,18 +52,13 @@ def stop_sequences(state, stops: list[str]) -> list[list[int]]:
 
 
 async def build_kwargs(state, req, max_tokens: int, stops: list[str], logprobs: int | None,
-                       extra_stop_ids=()) -> tuple[dict, int | None]:
-    """(SamplingParams kwargs, the fixed loop depth per token or None under early exit)."""
-    for name in ("presence_penalty", "frequency_penalty"):
-        if getattr(req, name) and not engine_supports(name):
-            raise bad_param(name, f"{name} is not supported by this engine build", "unsupported_parameter")
+                       extra_stop_ids=()) -> dict:
+    """The request's SamplingParams kwargs."""
     kw = engine_kwargs(req, max_tokens, state.cfg["vocab_size"])
     seqs = stop_sequences(state, stops) + [list(s) for s in extra_stop_ids]
     if seqs:
         kw["stop_sequences"] = seqs
     if logprobs is not None:
-        if not engine_supports("logprobs"):
-            raise bad_param("logprobs", "logprobs are not supported by this engine build", "unsupported_parameter")
         kw["logprobs"] = logprobs
     found = await asyncio.to_thread(grammar_pattern, req)  # outlines-core + translation
     if found is not None:
@@ -86,6 +69,4 @@ async def build_kwargs(state, req, max_tokens: int, stops: list[str], logprobs: 
         kw["grammar"] = await asyncio.to_thread(state.grammars.get, pattern, param)
     if state.timeout > 0:
         kw["timeout"] = state.timeout
-    early = req.early_exit is not None and req.early_exit.patience > 0
-    fixed = None if early else (req.loops or state.default_loops)
-    return kw, fixed
+    return kw
