@@ -8,6 +8,15 @@
 
 namespace tinyloop {
 
+// Upper limits on what a config or a call may ask for (docs/limits.md).
+// Loop depth: far beyond what looped models are trained or tested at (Huginn-0125 up to
+// 64-128, Ouro 4), while time and KV grow linearly with depth; it keeps every size computed
+// from loops (KV slots x blocks x bytes) far from int64's range.
+inline constexpr int64_t kMaxLoops = 4096;
+// Positions per sequence (config max_seq_len and Model(max_seq_len=)): 16M, beyond every
+// released context length, and far from where positions x rows x bytes could wrap.
+inline constexpr int64_t kMaxSeqLen = int64_t(1) << 24;
+
 enum class NormType { RMSNorm, LayerNorm };
 enum class NormPlacement { Pre, HuginnSandwich, OuroSandwich };
 enum class PosEncoding { RopeHalf, RopeInterleaved, Learned, None };

@@ -29,14 +29,21 @@ class ModelFile {
   // (every needed tensor present with the right shape and a supported dtype, quantized
   // weights with consistent companions, none left over), as
   // docs/model-format.md lists. Throws FileNotFound for a missing/unreadable path (or one that
-  // is not a regular file), FormatError naming the problem otherwise.
-  static std::shared_ptr<const ModelFile> open(const std::string& path);
+  // is not a regular file: a FIFO or device is refused without blocking),
+  // std::invalid_argument for a path holding a NUL byte, FormatError naming the problem
+  // otherwise (duplicate JSON keys included).
+  // use_mmap = false reads the whole file into memory instead of mapping it: the model then
+  // no longer depends on the file (truncating a mapped file gives SIGBUS, rewriting it in
+  // place changes the weights under the model; docs/limits.md).
+  static std::shared_ptr<const ModelFile> open(const std::string& path, bool use_mmap = true);
   ~ModelFile();
   ModelFile(const ModelFile&) = delete;
   ModelFile& operator=(const ModelFile&) = delete;
 
   const std::string& path() const { return path_; }
   uint64_t file_size() const { return size_; }
+  // true: the weights are the file's mapping; false: a copy read into memory.
+  bool mapped() const { return mapped_; }
   const ModelConfig& config() const { return config_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
@@ -49,7 +56,8 @@ class ModelFile {
  private:
   ModelFile() = default;
   std::string path_;
-  void* map_ = nullptr;
+  void* map_ = nullptr;  // the mapping, or the heap copy (mapped_ false)
+  bool mapped_ = true;
   uint64_t size_ = 0;
   ModelConfig config_;
   std::map<std::string, std::string> metadata_;

@@ -36,7 +36,11 @@ py::object pattern_object(const std::string& p) {
 }
 
 // {"name": "string", "tags": ["string"], "pos": {"x": "number"}} -> JsonShape.
-JsonShape to_shape(const py::handle& v, const std::string& where) {
+// Recursive, so the depth is checked first: a 20,000-deep dict once overflowed the stack.
+JsonShape to_shape(const py::handle& v, const std::string& where, int depth = 0) {
+  if (depth > grammar::kMaxJsonDepth)
+    throw py::value_error("json_object: shape nested deeper than " + std::to_string(grammar::kMaxJsonDepth) +
+                          " levels (at " + where + ")");
   if (py::isinstance<py::str>(v)) return JsonShape::scalar(v.cast<std::string>());
   if (py::isinstance<py::dict>(v)) {
     JsonShape s;
@@ -45,7 +49,7 @@ JsonShape to_shape(const py::handle& v, const std::string& where) {
       if (!py::isinstance<py::str>(item.first))
         throw py::type_error("json_object: keys must be str (at " + where + ")");
       std::string key = item.first.cast<std::string>();
-      s.fields.emplace_back(key, to_shape(item.second, where + "." + key));
+      s.fields.emplace_back(key, to_shape(item.second, where + "." + key, depth + 1));
     }
     return s;
   }
@@ -55,7 +59,7 @@ JsonShape to_shape(const py::handle& v, const std::string& where) {
       throw py::value_error("json_object: an array shape is a list with exactly one item shape (at " + where + ")");
     JsonShape s;
     s.kind = JsonShape::kArray;
-    s.item.push_back(to_shape(seq[0], where + "[]"));
+    s.item.push_back(to_shape(seq[0], where + "[]", depth + 1));
     return s;
   }
   throw py::type_error("json_object: a shape is a type name (str), a dict or a one-element list (at " + where + ")");

@@ -111,13 +111,17 @@ Model(path, max_seq_len=None, kv_mode=None, quant_activations=None, fp16_body=No
     inputs rounded to bf16, a packed BF16 copy of those weights (extra memory, counted in
     vram_usage_mb), float32 sums (docs/benchmarks.md "Reduced-precision loop body").
     TINYLOOP_EXPERIMENTAL_FP16_BODY=1 sets the default.
+  use_mmap: True (default) maps the file: fast to open, weights shared with the page cache,
+    but truncating the file while the model is open kills the process (SIGBUS) and rewriting
+    it in place changes the weights. False reads the weights into memory (docs/limits.md).
 Use as a context manager or call close(); any call after close() raises RuntimeError.
 One Model may be used from several Python threads at once (the GIL is released during compute).
 )doc";
   cls.def(py::init<const std::string&, std::optional<int64_t>, std::optional<std::string>,
-                    std::optional<std::string>, std::optional<bool>>(),
+                    std::optional<std::string>, std::optional<bool>, bool>(),
            py::arg("path"), py::arg("max_seq_len") = py::none(), py::arg("kv_mode") = py::none(),
-           py::arg("quant_activations") = py::none(), py::arg("fp16_body") = py::none())
+           py::arg("quant_activations") = py::none(), py::arg("fp16_body") = py::none(),
+           py::arg("use_mmap") = true)
       .def("close", &PyModel::close, "Release the model. Later calls raise RuntimeError.")
       .def_property_readonly("closed", &PyModel::closed)
       .def("__enter__", [](std::shared_ptr<PyModel> self) { self->engine(); return self; })
@@ -162,11 +166,11 @@ One Model may be used from several Python threads at once (the GIL is released d
               const py::object& stop_sequences, int64_t early_exit_patience, int64_t early_exit_min_L,
               double early_exit_tau, int64_t early_exit_peek_every, double early_exit_logit_margin,
               int64_t beam_size, double length_penalty, bool early_stopping, const py::object& grammar,
-              std::optional<uint64_t> seed, bool stop_at_eos, int64_t kv_loop_slots) {
+              const py::object& seed, bool stop_at_eos, int64_t kv_loop_slots) {
              auto e = self.engine();
              const auto beam = beam_params(beam_size, length_penalty, early_stopping);
              auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
-                                     repetition_penalty, stop_sequences, seed, stop_at_eos);
+                                     repetition_penalty, stop_sequences, to_seed(seed), stop_at_eos);
              req.grammar = to_grammar(grammar);
              req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
                                                 early_exit_peek_every, early_exit_logit_margin);
@@ -201,25 +205,35 @@ One Model may be used from several Python threads at once (the GIL is released d
               std::optional<int64_t> loops, double temperature, int64_t top_k, double top_p,
               int64_t cache_window, double repetition_penalty, const py::object& stop_sequences,
               int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
-              int64_t early_exit_peek_every, double early_exit_logit_margin, std::optional<uint64_t> seed,
+              int64_t early_exit_peek_every, double early_exit_logit_margin, const py::object& seed,
               bool stop_at_eos, const py::object& grammar, int64_t beam_size, double length_penalty,
               bool early_stopping, int64_t kv_loop_slots) {
              auto e = self.engine();
              if (!PyCallable_Check(on_token.ptr())) throw py::value_error("on_token must be callable");
              const auto beam = beam_params(beam_size, length_penalty, early_stopping);
              auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
-                                     repetition_penalty, stop_sequences, seed, stop_at_eos);
+                                     repetition_penalty, stop_sequences, to_seed(seed), stop_at_eos);
              req.grammar = to_grammar(grammar);
              req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
                                                 early_exit_peek_every, early_exit_logit_margin);
              req.kv_loop_slots = kv_loop_slots;
-             // A Python exception in the callback stops generation and is re-raised here.
+             // A Python exception in the callback stops generation and is re-raised here,
+             // unchanged (one raised by the returned value's __bool__ too). The callback
+             // returns a bool, None (= go on), or a number-like value with a truth value
+             // (numpy.bool_, int); anything else (a str, a list) is a TypeError naming on_token.
              std::exception_ptr callback_error;
              auto cb = [&](int32_t tok) -> bool {
                py::gil_scoped_acquire gil;
                try {
                  py::object r = on_token(tok);
-                 return r.is_none() || r.cast<bool>();
+                 if (r.is_none()) return true;
+                 const PyNumberMethods* nm = Py_TYPE(r.ptr())->tp_as_number;
+                 if (!nm || !nm->nb_bool)
+                   throw py::type_error("on_token must return a bool (or None to go on), got " +
+                                        std::string(Py_TYPE(r.ptr())->tp_name));
+                 const int truth = PyObject_IsTrue(r.ptr());
+                 if (truth < 0) throw py::error_already_set();
+                 return truth == 1;
                } catch (...) {
                  callback_error = std::current_exception();
                  return false;
@@ -266,11 +280,11 @@ One Model may be used from several Python threads at once (the GIL is released d
 
   m.def("load",
         [](const std::string& path, std::optional<int64_t> max_seq_len, std::optional<std::string> kv_mode,
-           std::optional<std::string> quant_activations, std::optional<bool> fp16_body) {
-          return std::make_shared<PyModel>(path, max_seq_len, kv_mode, quant_activations, fp16_body);
+           std::optional<std::string> quant_activations, std::optional<bool> fp16_body, bool use_mmap) {
+          return std::make_shared<PyModel>(path, max_seq_len, kv_mode, quant_activations, fp16_body, use_mmap);
         },
         py::arg("path"), py::arg("max_seq_len") = py::none(), py::arg("kv_mode") = py::none(),
-        py::arg("quant_activations") = py::none(), py::arg("fp16_body") = py::none(),
+        py::arg("quant_activations") = py::none(), py::arg("fp16_body") = py::none(), py::arg("use_mmap") = true,
         "Alias of Model(path, ...).");
 }
 

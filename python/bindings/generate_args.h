@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "convert.h"
 #include "runtime/beam_search.h"
@@ -24,6 +25,24 @@ inline std::shared_ptr<const grammar::Grammar> to_grammar(const py::object& obj)
   } catch (const py::cast_error&) {
     throw py::value_error("grammar must be a tinyloop_py.Grammar or None");
   }
+}
+
+// seed=None | an int in [0, 2^64): ValueError naming seed otherwise (pybind's own
+// "incompatible function arguments" lists every signature and names nothing).
+inline std::optional<uint64_t> to_seed(const py::object& seed) {
+  if (seed.is_none()) return std::nullopt;
+  if (!PyIndex_Check(seed.ptr()) || PyBool_Check(seed.ptr()))
+    throw py::value_error("seed must be an integer in [0, 2^64) or None, got " +
+                          std::string(Py_TYPE(seed.ptr())->tp_name));
+  PyObject* index = PyNumber_Index(seed.ptr());
+  if (!index) throw py::error_already_set();
+  py::int_ v = py::reinterpret_steal<py::int_>(index);
+  const unsigned long long s = PyLong_AsUnsignedLongLong(v.ptr());
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    throw py::value_error("seed must be an integer in [0, 2^64), got " + py::str(v).cast<std::string>());
+  }
+  return static_cast<uint64_t>(s);
 }
 
 // Everything of a request except the prompt.

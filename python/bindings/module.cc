@@ -3,6 +3,7 @@
 // Each bind_*.cc file adds one section of the API.
 #include <pybind11/pybind11.h>
 
+#include <cstring>
 #include <exception>
 
 #include "py_model.h"
@@ -33,13 +34,24 @@ PYBIND11_MODULE(tinyloop_py, m) {
   PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<py::object> format_error;
   format_error.call_once_and_store_result(
       [&]() { return py::exception<FormatError>(m, "ModelFormatError", PyExc_ValueError); });
+  // Messages are decoded with backslashreplace: a message holding bytes that are not UTF-8
+  // must still reach Python as the documented exception (never a UnicodeDecodeError).
   py::register_exception_translator([](std::exception_ptr p) {
+    auto set = [](PyObject* type, const char* what) {
+      PyObject* msg = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "backslashreplace");
+      if (!msg) {
+        PyErr_Clear();
+        msg = PyUnicode_FromString("(unprintable error message)");
+      }
+      PyErr_SetObject(type, msg);
+      Py_XDECREF(msg);
+    };
     try {
       if (p) std::rethrow_exception(p);
     } catch (const FormatError& e) {
-      py::set_error(format_error.get_stored(), e.what());
+      set(format_error.get_stored().ptr(), e.what());
     } catch (const FileNotFound& e) {
-      py::set_error(PyExc_FileNotFoundError, e.what());
+      set(PyExc_FileNotFoundError, e.what());
     }
   });
 

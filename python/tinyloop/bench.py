@@ -180,9 +180,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", default=None, help="where generated benchmark models are kept")
 
 
+def _check_counts(args) -> None:
+    """Every count flag in range, named when it is not (bench -p -5 was accepted)."""
+    for flag, name, lo in (("-p", "n_prompt", 0), ("-n", "n_gen", 0), ("-d", "depth", 0),
+                           ("-L", "loops", 1), ("-t", "threads", 1)):
+        values = getattr(args, name)
+        for v in values or []:
+            if v < lo:
+                raise ValueError(f"{flag}: every value must be >= {lo}, got {v}")
+    if args.repetitions < 1:
+        raise ValueError(f"-r must be >= 1, got {args.repetitions}")
+
+
 def run(args) -> int:
     import tinyloop_py as tl
 
+    _check_counts(args)
     for k in args.kernels:
         if k not in ("simd", "scalar"):
             raise ValueError(f"--kernels: {k!r} is not simd or scalar")

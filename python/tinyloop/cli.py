@@ -66,12 +66,44 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam-size", type=int, default=0,
                    help="beam search with this many beams (>= 2; sampling flags are then ignored)")
     p.add_argument("--length-penalty", type=float, default=1.0, help="beam search length penalty")
+    p.add_argument("--no-mmap", action="store_true",
+                   help="read the weights into memory instead of mapping the file (docs/limits.md)")
 
 
 def model_kwargs(args) -> dict:
     """Model(...) options of _engine_args (absent attributes: the engine's defaults)."""
-    return dict(max_seq_len=getattr(args, "max_seq_len", None), kv_mode=getattr(args, "kv_mode", None),
-                quant_activations=getattr(args, "quant_activations", None))
+    kw = dict(max_seq_len=getattr(args, "max_seq_len", None), kv_mode=getattr(args, "kv_mode", None),
+              quant_activations=getattr(args, "quant_activations", None))
+    if getattr(args, "no_mmap", False):
+        kw["use_mmap"] = False
+    return kw
+
+
+def parse_ids(text: str) -> list[int]:
+    """--ids: comma-separated token ids, each in [0, 2^31) (the model checks its vocabulary)."""
+    ids = []
+    for t in text.replace(" ", "").split(","):
+        if not t:
+            continue
+        try:
+            v = int(t)
+        except ValueError:
+            raise ValueError(f"--ids: {t!r} is not a token id (expected comma-separated integers)") from None
+        if not 0 <= v < 2**31:
+            raise ValueError(f"--ids: token id {v} is outside [0, vocab_size)")
+        ids.append(v)
+    return ids
+
+
+def check_text(what: str, text: str) -> str:
+    """Command-line text that is not valid UTF-8 (Python keeps its bytes as surrogates) is
+    refused by name rather than failing deep inside the tokenizer."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"the {what} is not valid UTF-8 (byte {text[e.start].encode('utf-8', 'surrogateescape')!r} "
+                         f"at {e.start})") from None
+    return text
 
 
 def decode_kwargs(args) -> dict:
@@ -109,10 +141,10 @@ def cmd_generate(args) -> int:
         if tokenizer is None:
             if not args.ids and model.tokenizer_json() == "":
                 print("(this model has no tokenizer: reading the prompt as token ids)", file=sys.stderr)
-            prompt = np.array([int(t) for t in args.prompt.replace(" ", "").split(",") if t], dtype=np.int32)
+            prompt = np.array(parse_ids(args.prompt), dtype=np.int32)
             on_token = lambda t: (print(t, end=" ", flush=True), True)[1]  # noqa: E731
         else:
-            prompt = np.array(tokenizer.encode(args.prompt).ids, dtype=np.int32)
+            prompt = np.array(tokenizer.encode(check_text("prompt", args.prompt)).ids, dtype=np.int32)
             sys.stdout.write(tokenizer.decode(prompt.tolist()))
             on_token = TextStreamer(tokenizer, prompt_ids=prompt)
         r = model.generate_stream(prompt, on_token, seed=args.seed, **decode_kwargs(args))
@@ -314,7 +346,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, RuntimeError, FileNotFoundError) as e:
+    except (ValueError, RuntimeError, OSError, OverflowError, MemoryError) as e:
+        # One line, no traceback, for any bad input (issue 16).
         print(f"tinyloop {args.cmd}: {e}", file=sys.stderr)
         return 1
 

@@ -62,6 +62,12 @@ _FIELDS = {
     "eos_ids": ("int_list", []),
 }
 
+# Upper limits, as the engine's (include/tinyloop/config.h kMaxLoops / kMaxSeqLen,
+# docs/limits.md): a file over them is refused here as it would be at load.
+MAX_LOOPS = 4096
+MAX_SEQ_LEN = 2**24
+_MAXIMUM = {"default_loops": MAX_LOOPS, "max_seq_len": MAX_SEQ_LEN}
+
 # Sizes that must be >= 1 (n_pre_blocks and n_post_blocks may be 0).
 _POSITIVE = ("dim", "vocab_size", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
              "n_loop_layers", "default_loops", "max_seq_len")
@@ -145,6 +151,10 @@ def _check_rules(c: dict) -> None:
     for name in ("n_pre_blocks", "n_post_blocks"):
         if c[name] < 0:
             raise ValueError(f"config field '{name}': must be >= 0, got {c[name]}")
+    for name, most in _MAXIMUM.items():
+        if c[name] > most:
+            raise ValueError(f"config field '{name}': must be <= {most} (docs/limits.md), "
+                             f"got {c[name]}")
     if c["n_heads"] % c["n_kv_heads"] != 0:
         raise ValueError(f"config field 'n_kv_heads': {c['n_kv_heads']} does not divide "
                          f"n_heads {c['n_heads']}")

@@ -212,6 +212,17 @@ def _read_bytes(path: str) -> bytes:
     return blob
 
 
+def _no_duplicate_keys(pairs: list) -> dict:
+    """json object_pairs_hook: a key twice in one object is refused (json.loads would keep
+    the last silently; the engine refuses such a file too)."""
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"the key {k!r} appears twice in one JSON object")
+        out[k] = v
+    return out
+
+
 def _parse_header(path: str, blob: bytes) -> tuple[dict, int]:
     """(header object, data section offset)."""
     (n,) = struct.unpack_from("<Q", blob, 0)
@@ -219,9 +230,11 @@ def _parse_header(path: str, blob: bytes) -> tuple[dict, int]:
         raise ValueError(f"{path}: header length {n} runs past the end of the file "
                          f"({len(blob)} bytes; truncated?)")
     try:
-        header = json.loads(blob[8:8 + n].decode("utf-8"))
+        header = json.loads(blob[8:8 + n].decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{path}: bad header: not valid JSON ({e})") from None
+    except ValueError as e:  # a duplicate key
+        raise ValueError(f"{path}: bad header: {e}") from None
     if not isinstance(header, dict):
         raise ValueError(f"{path}: bad header: expected a JSON object")
     return header, 8 + n
@@ -279,9 +292,11 @@ def _check_metadata(path: str, meta) -> dict:
     if "config" not in meta:
         raise ValueError(f"{path}: metadata 'config' is missing")
     try:
-        cfg = json.loads(meta["config"])
+        cfg = json.loads(meta["config"], object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: metadata 'config' is not valid JSON ({e})") from None
+    except ValueError as e:  # a duplicate key
+        raise ValueError(f"{path}: metadata 'config': {e}") from None
     try:
         return normalize_config(cfg)
     except ValueError as e:

@@ -79,7 +79,18 @@ def main_args(args) -> int:
     import tinyloop_py as tl
     from .text import load_tokenizer
 
-    loops_list = [int(x) for x in str(args.loops).split(",") if x]
+    try:
+        loops_list = [int(x) for x in str(args.loops).split(",") if x]
+    except ValueError:
+        raise ValueError(f"--loops: expected comma-separated integers, got {args.loops!r}") from None
+    if not loops_list or min(loops_list) < 1:
+        raise ValueError(f"--loops: every depth must be >= 1, got {args.loops!r}")
+    if args.ctx < 2:
+        raise ValueError(f"--ctx must be >= 2 (a window predicts ctx - 1 tokens), got {args.ctx}")
+    if args.tail_fraction is not None and not 0 < args.tail_fraction <= 1:
+        raise ValueError(f"--tail-fraction must be in (0, 1], got {args.tail_fraction}")
+    if args.max_windows is not None and args.max_windows < 1:
+        raise ValueError(f"--max-windows must be >= 1, got {args.max_windows}")
     with tl.Model(args.model) as model:
         tokenizer = load_tokenizer(model)
         if tokenizer is None:

@@ -57,10 +57,20 @@ def _std_and_mean(cfg: dict, name: str, shape: tuple) -> tuple[float, float]:
     return _linear_std(name, shape), 0.0  # linears, inject, exit gate
 
 
+# The largest random model written: it is built in float32 memory first (docs/limits.md).
+MAX_RANDOM_PARAMS = 2**31
+
+
 def random_tensors(cfg: dict, seed: int = 0) -> dict:
     """Every tensor the config needs, float32, drawn in expected_tensors order from
     numpy's default_rng(seed) (so the same config and seed give the same model)."""
     cfg = normalize_config(cfg)
+    shapes = expected_tensors(cfg)
+    n_params = sum(int(np.prod(s, dtype=object)) for s in shapes.values())
+    if n_params > MAX_RANDOM_PARAMS:
+        raise ValueError(f"a random model of {n_params:,} parameters is larger than random-model "
+                         f"writes (at most {MAX_RANDOM_PARAMS:,}: {4 * MAX_RANDOM_PARAMS >> 30} GiB of "
+                         f"float32 while it is built)")
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in expected_tensors(cfg).items():

@@ -9,6 +9,9 @@
 namespace tinyloop::grammar {
 
 Grammar::Grammar(std::string pattern, const CompileOptions& options) : pattern_(std::move(pattern)) {
+  if (pattern_.size() > size_t(kMaxPatternBytes))
+    throw std::invalid_argument("pattern too large: " + std::to_string(pattern_.size()) + " bytes (at most " +
+                                std::to_string(kMaxPatternBytes) + ")");
   Regex re = parse_regex(pattern_);
   Nfa nfa = build_nfa(re, options.max_nfa_states);
   dfa_ = std::make_shared<const Dfa>(build_dfa(nfa, options.dfa));

@@ -23,6 +23,10 @@
 
 namespace tinyloop::grammar {
 
+// Longest pattern text a Grammar compiles (and json_pattern builds): 1 MiB. Longer ones
+// are refused with std::invalid_argument before parsing.
+inline constexpr int64_t kMaxPatternBytes = int64_t(1) << 20;
+
 struct CompileOptions {
   int64_t max_nfa_states = 200000;
   DfaLimits dfa;
@@ -33,7 +37,7 @@ class Grammar {
   static constexpr int32_t kDead = Dfa::kDead;
 
   // Throws std::invalid_argument with the byte position for a bad pattern, and for a
-  // pattern too large (see CompileOptions) or matching no string at all.
+  // pattern too large (kMaxPatternBytes, see CompileOptions) or matching no string at all.
   explicit Grammar(std::string pattern, const CompileOptions& options = {});
   Grammar(const Grammar&) = delete;
   Grammar& operator=(const Grammar&) = delete;

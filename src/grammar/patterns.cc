@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "grammar/grammar.h"
+
 namespace tinyloop::grammar {
 namespace {
 
@@ -99,7 +101,27 @@ std::string json_integer_pattern() { return "-?(?:0|[1-9][0-9]*)"; }
 
 std::string json_number_pattern() { return json_integer_pattern() + "(?:\\.[0-9]+)?(?:[eE][+\\-]?[0-9]+)?"; }
 
-std::string json_pattern(const JsonShape& shape) {
+namespace {
+
+std::string json_pattern_at(const JsonShape& shape, int depth);
+
+// Every piece is checked as it is built, so no intermediate string grows past twice the cap.
+std::string& capped(std::string& p) {
+  if (p.size() > size_t(kMaxPatternBytes))
+    throw std::invalid_argument("json_object: the shape's pattern exceeds " + std::to_string(kMaxPatternBytes) +
+                                " bytes (each level of nested arrays doubles it): simplify the shape");
+  return p;
+}
+
+}  // namespace
+
+std::string json_pattern(const JsonShape& shape) { return json_pattern_at(shape, 0); }
+
+namespace {
+
+std::string json_pattern_at(const JsonShape& shape, int depth) {
+  if (depth > kMaxJsonDepth)
+    throw std::invalid_argument("json_object: shape nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   const std::string ws = kWs;
   switch (shape.kind) {
     case JsonShape::kString: return json_string_pattern();
@@ -112,17 +134,24 @@ std::string json_pattern(const JsonShape& shape) {
       std::string p = "\\{" + ws;
       for (size_t i = 0; i < shape.fields.size(); ++i) {
         if (i) p += ws + "," + ws;
-        p += escape_literal(json_quote(shape.fields[i].first)) + ws + ":" + ws + json_pattern(shape.fields[i].second);
+        p += escape_literal(json_quote(shape.fields[i].first)) + ws + ":" + ws +
+             json_pattern_at(shape.fields[i].second, depth + 1);
+        capped(p);
       }
-      return p + ws + "\\}";
+      p += ws + "\\}";
+      return capped(p);
     }
     case JsonShape::kArray: {
       if (shape.item.size() != 1) throw std::invalid_argument("json array shape needs exactly one item shape");
-      std::string v = "(?:" + json_pattern(shape.item[0]) + ")";
-      return "\\[" + ws + "(?:" + v + "(?:" + ws + "," + ws + v + ")*" + ws + ")?\\]";
+      std::string v = "(?:" + json_pattern_at(shape.item[0], depth + 1) + ")";
+      if (v.size() > size_t(kMaxPatternBytes) / 2) capped(v += v);  // the array writes it twice
+      std::string p = "\\[" + ws + "(?:" + v + "(?:" + ws + "," + ws + v + ")*" + ws + ")?\\]";
+      return capped(p);
     }
   }
   return {};
 }
+
+}  // namespace
 
 }  // namespace tinyloop::grammar

@@ -21,6 +21,12 @@ std::string digits_pattern(int min_len, std::optional<int> max_len);
 // Exactly one of `options`, as literals. Throws std::invalid_argument for an empty list.
 std::string choice_pattern(const std::vector<std::string>& options);
 
+// Limits of json_pattern (docs/limits.md): shapes nested deeper than kMaxJsonDepth levels,
+// and shapes whose pattern would exceed kMaxPatternBytes (each level of nested arrays
+// writes its item pattern twice, so the text doubles per level), are refused with
+// std::invalid_argument before anything large is built.
+inline constexpr int kMaxJsonDepth = 64;
+
 // A JSON value shape: a scalar type, an object with fixed keys in a fixed order, or an
 // array whose items all have one shape.
 struct JsonShape {
@@ -35,6 +41,7 @@ struct JsonShape {
 // The pattern of one JSON value of that shape. Whitespace: at most one space (0x20) after
 // '{', '[', ':' and ',' and before ':', ',', '}' and ']' (an empty object or array: "{}" or
 // "{ }"); no other whitespace, so a model cannot pad forever.
+// Throws std::invalid_argument past kMaxJsonDepth or kMaxPatternBytes (grammar.h).
 std::string json_pattern(const JsonShape& shape);
 
 // Sub-grammars, exposed for docs and tests.

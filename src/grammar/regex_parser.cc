@@ -305,6 +305,12 @@ class Parser {
       if (peek() == ']' && !first) break;
       first = false;
       size_t member_pos = pos_;
+      // [[:alpha:]], [[.x.]], [[=x=]]: POSIX syntax this dialect does not have. Read as
+      // bytes it would silently mean "one of [ : a l p h" then a literal ']'.
+      if (peek() == '[' && pos_ + 1 < p_.size() && (p_[pos_ + 1] == ':' || p_[pos_ + 1] == '.' || p_[pos_ + 1] == '='))
+        fail(std::string("unsupported POSIX class syntax '[") + p_[pos_ + 1] +
+                 "' in a class (write the bytes, e.g. [a-zA-Z] for [:alpha:], or escape the '[')",
+             member_pos);
       Escape lo = parse_class_member();
       if (pos_ + 1 < p_.size() && p_[pos_] == '-' && p_[pos_ + 1] != ']') {
         ++pos_;  // '-'

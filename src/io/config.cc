@@ -6,9 +6,11 @@
 #include <cstddef>
 #include <limits>
 #include <set>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "tinyloop/checked.h"
 #include "tinyloop/errors.h"
 
 namespace tinyloop {
@@ -190,23 +192,28 @@ const FieldSpec* find_field(const std::string& name) {
 // ---- checked arithmetic: a config is untrusted input, so derived sizes must not overflow ----
 
 int64_t checked_mul(int64_t a, int64_t b, const char* what) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) fail(std::string(what) + " overflows a 64-bit integer");
-  return r;
+  return tinyloop::checked_mul<FormatError>(a, b, std::string("config: ") + what);
 }
 
 int64_t checked_add(int64_t a, int64_t b, const char* what) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) fail(std::string(what) + " overflows a 64-bit integer");
-  return r;
+  return tinyloop::checked_add<FormatError>(a, b, std::string("config: ") + what);
 }
 
 // ---- parsing ----
 
 json parse_object(const std::string& text) {
   json j;
+  // A field given twice is refused by name: a JSON parser would keep one silently.
+  std::vector<std::set<std::string>> keys;
+  const json::parser_callback_t no_duplicates = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) keys.emplace_back();
+    else if (event == json::parse_event_t::object_end) keys.pop_back();
+    else if (event == json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second)
+      fail("field " + quoted(parsed.get<std::string>()) + " appears twice");
+    return true;
+  };
   try {
-    j = json::parse(text);
+    j = json::parse(text, no_duplicates);
   } catch (const json::exception& e) {
     fail(std::string("not valid JSON: ") + e.what());
   }
@@ -251,6 +258,12 @@ void require_at_least(int64_t value, int64_t min, const char* field) {
          std::to_string(value));
 }
 
+void require_at_most(int64_t value, int64_t max, const char* field) {
+  if (value > max)
+    fail("field " + quoted(field) + " must be <= " + std::to_string(max) + " (docs/limits.md), got " +
+         std::to_string(value));
+}
+
 void check_sizes(const ModelConfig& c) {
   require_at_least(c.dim, 1, "dim");
   require_at_least(c.vocab_size, 1, "vocab_size");
@@ -263,6 +276,10 @@ void check_sizes(const ModelConfig& c) {
   require_at_least(c.n_post_blocks, 0, "n_post_blocks");
   require_at_least(c.default_loops, 1, "default_loops");
   require_at_least(c.max_seq_len, 1, "max_seq_len");
+  // Refused at load, not at the first call (a file saying default_loops = 2^59 once loaded
+  // and then crashed generate()).
+  require_at_most(c.default_loops, kMaxLoops, "default_loops");
+  require_at_most(c.max_seq_len, kMaxSeqLen, "max_seq_len");
 }
 
 void check_heads(const ModelConfig& c) {

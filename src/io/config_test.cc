@@ -195,8 +195,8 @@ TEST(ParseConfig, DerivedSizesMustNotOverflow) {
   j["n_heads"] = 1;
   j["head_dim"] = 2;
   EXPECT_THAT(error_of(j), HasSubstr("overflows"));
-  json k = with(minimal(), "default_loops", int64_t(1) << 62);
-  k["n_loop_layers"] = 4;
+  json k = with(minimal(), "default_loops", 4096);
+  k["n_loop_layers"] = int64_t(1) << 62;
   EXPECT_THAT(error_of(k), HasSubstr("overflows"));
 }
 

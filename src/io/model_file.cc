@@ -11,11 +11,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <set>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "tinyloop/checked.h"
 #include "tinyloop/errors.h"
 
 namespace tinyloop {
@@ -59,7 +63,13 @@ struct FdGuard {
 };
 
 int open_readonly(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // c_str() would silently open the path up to the first NUL.
+  if (path.find('\0') != std::string::npos)
+    throw std::invalid_argument("model path contains a NUL byte: " +
+                                quoted(printable_utf8(path.substr(0, path.find('\0'))) + "\\0..."));
+  // O_NONBLOCK: opening a FIFO for reading must not wait for a writer (it is refused as not
+  // a regular file right after); on a regular file the flag changes nothing.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     throw FileNotFound("cannot open model file " + quoted(path) + ": " + std::strerror(errno));
   return fd;
@@ -78,6 +88,27 @@ void* map_file(int fd, uint64_t size, const std::string& path) {
   if (size > uint64_t(std::numeric_limits<size_t>::max())) fail(path, "file too large to map");
   void* p = ::mmap(nullptr, size_t(size), PROT_READ, MAP_PRIVATE, fd, 0);
   if (p == MAP_FAILED) fail(path, std::string("mmap failed: ") + std::strerror(errno));
+  return p;
+}
+
+// use_mmap = false: the whole file read into a page-aligned heap buffer, so later changes
+// to the file on disk (truncation: SIGBUS through a mapping) cannot reach the model.
+void* read_file(int fd, uint64_t size, const std::string& path) {
+  if (size > uint64_t(std::numeric_limits<size_t>::max()) - 4096) fail(path, "file too large to read");
+  const size_t alloc = checked_round_up<FormatError>(size_t(size), size_t(4096), "model file size");
+  void* p = std::aligned_alloc(4096, alloc);
+  if (!p) throw std::bad_alloc();
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::pread(fd, static_cast<uint8_t*>(p) + got, size_t(size) - got, off_t(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = n < 0 ? std::strerror(errno) : "the file shrank while being read";
+      std::free(p);
+      fail(path, "read failed after " + std::to_string(got) + " of " + std::to_string(size) + " bytes: " + why);
+    }
+    got += size_t(n);
+  }
   return p;
 }
 
@@ -106,8 +137,19 @@ uint64_t header_length(const uint8_t* bytes, uint64_t size, const std::string& p
 
 json parse_header(const uint8_t* begin, uint64_t n, const std::string& path) {
   json j;
+  // A key twice in one object (a tensor, __metadata__, a config field) is refused: a JSON
+  // parser keeps one of them silently, and which one differs between readers.
+  std::vector<std::set<std::string>> keys;  // one set per open object
+  const json::parser_callback_t no_duplicates = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) keys.emplace_back();
+    else if (event == json::parse_event_t::object_end) keys.pop_back();
+    else if (event == json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second)
+      fail(path, "header has the key " + quoted(parsed.get<std::string>()) + " twice" +
+                     (depth == 1 ? " (duplicate tensor name)" : ""));
+    return true;
+  };
   try {
-    j = json::parse(begin, begin + n);
+    j = json::parse(begin, begin + n, no_duplicates);
   } catch (const json::exception& e) {
     fail(path, std::string("header is not valid JSON: ") + e.what());
   }
@@ -233,9 +275,11 @@ uint64_t read_offset(const std::string& name, const json& d, const std::string& 
 uint64_t checked_nbytes(const std::string& name, const std::vector<int64_t>& shape,
                         uint64_t elem_size, const std::string& path) {
   uint64_t n = elem_size;
-  for (int64_t d : shape)
-    if (__builtin_mul_overflow(n, uint64_t(d), &n))
-      fail_tensor(path, name, "byte size of shape " + shape_str(shape) + " overflows (size overflow)");
+  try {
+    for (int64_t d : shape) n = checked_mul(n, uint64_t(d), "byte size");
+  } catch (const std::overflow_error&) {
+    fail_tensor(path, name, "byte size of shape " + shape_str(shape) + " overflows (size overflow)");
+  }
   return n;
 }
 
@@ -437,16 +481,17 @@ void check_against_config(const ModelConfig& c, const std::map<std::string, Tens
 
 }  // namespace
 
-std::shared_ptr<const ModelFile> ModelFile::open(const std::string& path) {
+std::shared_ptr<const ModelFile> ModelFile::open(const std::string& path, bool use_mmap) {
   FdGuard fd{open_readonly(path)};
   const uint64_t size = regular_file_size(fd.fd, path);
   check_min_size(size, path);  // also keeps mmap from seeing a zero length
 
-  // Owned from here on, so the destructor unmaps on every failure below.
+  // Owned from here on, so the destructor unmaps (frees) on every failure below.
   std::shared_ptr<ModelFile> f(new ModelFile());
   f->path_ = path;
   f->size_ = size;
-  f->map_ = map_file(fd.fd, size, path);
+  f->mapped_ = use_mmap;
+  f->map_ = use_mmap ? map_file(fd.fd, size, path) : read_file(fd.fd, size, path);
   const auto* bytes = static_cast<const uint8_t*>(f->map_);
 
   const uint64_t n = header_length(bytes, size, path);
@@ -474,7 +519,8 @@ std::shared_ptr<const ModelFile> ModelFile::open(const std::string& path) {
 }
 
 ModelFile::~ModelFile() {
-  if (map_) ::munmap(map_, size_t(size_));
+  if (map_ && mapped_) ::munmap(map_, size_t(size_));
+  if (map_ && !mapped_) std::free(map_);
 }
 
 const TensorInfo* ModelFile::find(const std::string& name) const {

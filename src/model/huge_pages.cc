@@ -4,6 +4,9 @@
 
 #include <cstdlib>
 #include <new>
+#include <stdexcept>
+
+#include "tinyloop/checked.h"
 
 namespace tinyloop::model {
 
@@ -14,8 +17,14 @@ HugeBytes alloc_huge_pages(size_t bytes) {
   constexpr size_t kLine = 64;
   const bool huge = bytes >= kHuge;
   const size_t align = huge ? kHuge : kLine;
-  // aligned_alloc wants a multiple of the alignment (and a non-zero size).
-  const size_t rounded = bytes == 0 ? align : (bytes + align - 1) / align * align;
+  // aligned_alloc wants a multiple of the alignment (and a non-zero size). Rounding a size
+  // near SIZE_MAX up would wrap to a tiny buffer: no such memory exists, so bad_alloc.
+  size_t rounded;
+  try {
+    rounded = bytes == 0 ? align : checked_round_up(bytes, align, "buffer size");
+  } catch (const std::overflow_error&) {
+    throw std::bad_alloc();
+  }
   HugeBytes p(static_cast<uint8_t*>(std::aligned_alloc(align, rounded)));
   if (!p) throw std::bad_alloc();
 #ifdef MADV_HUGEPAGE

@@ -22,7 +22,7 @@ struct HugeFree {
 using HugeBytes = std::unique_ptr<uint8_t[], HugeFree>;
 
 // `bytes` uninitialised bytes (64-byte aligned; see above for >= 2 MiB). Throws
-// std::bad_alloc when the memory is not there.
+// std::bad_alloc when the memory is not there (a size whose rounding would wrap included).
 HugeBytes alloc_huge_pages(size_t bytes);
 
 }  // namespace tinyloop::model

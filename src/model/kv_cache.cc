@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ops/kv_quant.h"
+#include "tinyloop/checked.h"
 
 namespace tinyloop::model {
 
@@ -14,7 +15,9 @@ KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t 
                  int64_t loop_slots, KvPoolPtr pool, int64_t first_pos, int64_t block_rows)
     : layout_(c, loops, loop_slots),
       capacity_(capacity),
-      window_(window),
+      // A window past 2^40 positions (any sequence's length) sees what 2^40 sees; clamped,
+      // no window arithmetic (p - window + 1 - kWindowSlack) can wrap for cache_window = 2^63 - 1.
+      window_(std::min<int64_t>(window, int64_t(1) << 40)),
       extra_slots_(extra_slots),
       block_(c, dtype,
              block_rows > 0 ? block_rows
@@ -28,7 +31,13 @@ KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t 
   if (loop_slots < 0)
     throw std::invalid_argument("kv_loop_slots must be >= 0, got " + std::to_string(loop_slots));
   if (window < 0) throw std::invalid_argument("cache_window must be >= 0");
-  const int64_t slots = slot_count();
+  // Slots: pre + groups x loop layers + post (+ extra), each term from the config and the
+  // call's loops, so it is computed checked rather than trusted.
+  const int64_t slots = checked_add(
+      checked_add(checked_add(layout_.n_pre, checked_mul(layout_.groups, layout_.n_loop, "KV loop slots"),
+                              "KV slots"),
+                  layout_.n_post, "KV slots"),
+      extra_slots_, "KV slots");
   // The table is [slots, ceil(capacity / rows)] entries: refuse sizes whose product wraps
   // or cannot be held (a huge loops or max_tokens), naming what was asked.
   n_blocks_ = capacity_ / block_.rows + (capacity_ % block_.rows != 0);
@@ -45,7 +54,8 @@ KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t 
     const int64_t first = std::clamp<int64_t>(first_pos, 0, capacity_);
     const int64_t per_slot = window_ > 0 ? window_blocks(window_, block_.rows)
                                          : (capacity_ - 1) / block_.rows - first / block_.rows + 1;
-    pool_ = std::make_shared<KvPool>(block_, 0, slots * per_slot, tracker_);
+    // (never more than the table holds: slots x n_blocks_ was bounded above)
+    pool_ = std::make_shared<KvPool>(block_, 0, slots * std::min(per_slot, n_blocks_), tracker_);
     private_pool_ = true;
   }
   refs_.resize(size_t(slots * n_blocks_));
@@ -58,6 +68,9 @@ int64_t KvCache::window_blocks(int64_t window, int64_t rows) {
   // During a forward of n <= kWindowSlack new positions from length l, a slot holds blocks
   // floor((l - window + 1 - kWindowSlack) / rows) .. floor((l + n - 1) / rows) (advance()
   // released the ones before): at most (n + window + kWindowSlack - 2) / rows + 2.
+  // A window longer than any sequence (2^40: any cache_window a caller passes) is the same
+  // as that bound, and cannot make the sum wrap.
+  window = std::min<int64_t>(window, int64_t(1) << 40);
   return (kWindowSlack + window + kWindowSlack - 2) / rows + 2;
 }
 

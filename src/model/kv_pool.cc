@@ -3,6 +3,7 @@
 #include <string>
 
 #include "ops/kv_quant.h"
+#include "tinyloop/checked.h"
 
 namespace tinyloop::model {
 namespace {
@@ -21,7 +22,8 @@ KvBlockLayout::KvBlockLayout(const ModelConfig& c, ops::KvDType dt, int64_t rows
   } else {
     const int64_t elem = dtype == ops::KvDType::F32 ? 4 : dtype == ops::KvDType::F16 ? 2 : 1;
     areas = 2;
-    row_bytes = n_kv_heads * head_dim * elem;
+    row_bytes = checked_mul<std::invalid_argument>(checked_mul(n_kv_heads, head_dim, "KV row width"), elem,
+                                                   "KV row bytes");
     row_scales = dtype == ops::KvDType::I8 ? n_kv_heads : 0;
   }
   // Block sizes stay far below 2^62: rows and row_bytes are bounded by what a model file
@@ -66,7 +68,9 @@ KvPool::KvPool(const KvBlockLayout& layout, int64_t max_blocks, int64_t initial_
 void KvPool::grow(int64_t n) {
   if (n > (int64_t(1) << 40) / layout_.bytes)
     throw std::runtime_error("out of memory: KV pool of " + std::to_string(n) + " blocks");
-  const int64_t bytes = n * layout_.bytes;
+  if (checked_add(int64_t(base_.size()), n, "KV pool block count") > INT32_MAX)
+    throw std::runtime_error("out of memory: KV pool of more than 2^31 blocks");
+  const int64_t bytes = checked_mul(n, layout_.bytes, "KV pool arena bytes");
   HugeBytes arena;
   try {
     arena = alloc_huge_pages(static_cast<size_t>(bytes));

@@ -82,7 +82,7 @@ class LoopedBeamModel : public BeamModel {
       mem_.prefix_bytes = per_row * P;
       mem_.tail_bytes = per_row * tail_rows_;
       const int64_t total = P + req.max_tokens, W = req.cache_window;
-      const int64_t naive_rows = (W > 0 && W + model::KvCache::kWindowSlack < total) ? W + model::KvCache::kWindowSlack : total;
+      const int64_t naive_rows = (W > 0 && W < total - model::KvCache::kWindowSlack) ? W + model::KvCache::kWindowSlack : total;
       mem_.naive_bytes = beam_size * per_row * naive_rows;
       mem_.peak_bytes = mem_.prefix_bytes;
     } else {

@@ -55,11 +55,12 @@ Engine::Engine(const std::string& path, const EngineOptions& opts) {
   kv_cache_disabled_ = env_flag("TINYLOOP_DISABLE_KV_CACHE");
   act_q8_ = parse_quant_activations(opts.quant_activations);
   fp16_body_ = opts.fp16_body.value_or(env_flag("TINYLOOP_EXPERIMENTAL_FP16_BODY"));
-  model_ = std::make_unique<model::LoopedModel>(ModelFile::open(path), act_q8_, fp16_body_);
+  model_ = std::make_unique<model::LoopedModel>(ModelFile::open(path, opts.use_mmap), act_q8_, fp16_body_);
   const ModelConfig& c = model_->config();
   max_seq_len_ = opts.max_seq_len.value_or(c.max_seq_len);
-  if (max_seq_len_ < 1)
-    throw std::invalid_argument("max_seq_len must be >= 1, got " + std::to_string(max_seq_len_));
+  if (max_seq_len_ < 1 || max_seq_len_ > kMaxSeqLen)
+    throw std::invalid_argument("max_seq_len must be in [1, " + std::to_string(kMaxSeqLen) + "], got " +
+                                std::to_string(max_seq_len_));
   if (c.pos_encoding == PosEncoding::Learned && max_seq_len_ > c.max_seq_len)
     throw std::invalid_argument("max_seq_len " + std::to_string(max_seq_len_) +
                                 " exceeds the model's learned position table (" +

@@ -26,6 +26,8 @@ struct EngineOptions {
   // of the weights, float32 sums: ops/matmul_bf16dot.h, docs/benchmarks.md "Reduced-precision
   // loop body"). Default from env TINYLOOP_EXPERIMENTAL_FP16_BODY (1 = on).
   std::optional<bool> fp16_body;
+  // false: read the weights into memory instead of mapping the file (ModelFile::open).
+  bool use_mmap = true;
 };
 
 class Engine {
@@ -45,11 +47,12 @@ class Engine {
   // Weights + live caches + live workspaces, in MiB.
   double memory_mb() const;
 
-  // The deepest run any call accepts. Far beyond what looped models are trained or tested
+  // The deepest run any call accepts (tinyloop::kMaxLoops, config.h: a model file's
+  // default_loops is held to it at load). Far beyond what looped models are trained or tested
   // at (Huginn-0125 up to 64-128, Ouro 4), while time and KV grow linearly with depth, and
   // it keeps every size computed from loops (KV slots x blocks x bytes) far from int64's
   // range. A request over it is a mistake, not a workload.
-  static constexpr int64_t kMaxLoops = 4096;
+  static constexpr int64_t kMaxLoops = tinyloop::kMaxLoops;
   // `loops` resolved against the config default and validated (1 .. kMaxLoops).
   int64_t resolve_loops(std::optional<int64_t> loops) const;
   // Throws std::invalid_argument naming "prompt" for an empty prompt or an id outside [0, V).

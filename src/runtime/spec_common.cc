@@ -45,7 +45,8 @@ void validate(const Engine& e, const SpeculativeRequest& r, bool tree) {
         "token-by-token decoding, so the output would not be generate()'s");
   if (tree) {
     if (r.k_branches < 1) bad("K_branches must be >= 1, got " + std::to_string(r.k_branches));
-    if (r.draft_ahead > kMaxTreeNodes || r.k_branches * r.draft_ahead > kMaxTreeNodes)
+    // Divided, not multiplied: K_branches = 2^62 + 1 once wrapped the product past the check.
+    if (r.draft_ahead > kMaxTreeNodes || r.k_branches > kMaxTreeNodes / r.draft_ahead)
       bad("K_branches * draft_ahead must be <= " + std::to_string(kMaxTreeNodes) + ", got " +
           std::to_string(r.k_branches) + " * " + std::to_string(r.draft_ahead));
   }
@@ -60,7 +61,9 @@ std::unique_ptr<model::KvCache> new_spec_cache(const Engine& e, const Speculativ
   if (r.cache_window > 0 && std::min(r.draft_ahead, r.max_tokens) + 4 > model::KvCache::kWindowSlack)
     throw std::invalid_argument("draft_ahead must be <= " + std::to_string(model::KvCache::kWindowSlack - 4) +
                                 " with cache_window");
-  return std::make_unique<model::KvCache>(e.config(), r.verify_loops, total + r.draft_ahead + 2,
+  // Drafts never run past max_tokens (the scratch depth is min(draft_ahead, max_tokens)), so
+  // a huge draft_ahead adds no capacity (and cannot wrap the sum).
+  return std::make_unique<model::KvCache>(e.config(), r.verify_loops, total + std::min(r.draft_ahead, r.max_tokens) + 2,
                                           r.cache_window, e.kv_dtype(), &e.model().memory(),
                                           e.config().n_post_blocks);
 }

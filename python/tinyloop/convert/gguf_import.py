@@ -20,8 +20,10 @@ import sys
 
 import numpy as np
 
+from ..config import MAX_SEQ_LEN
 from ..quantize import is_quantizable
 from .common import Job, Plan
+from .gguf_check import check_gguf_structure
 from .gguf_repack import FLOAT_TYPES, QUANT_TYPES, float_values, repack
 
 __all__ = ["plan_gguf", "open_gguf"]
@@ -40,6 +42,9 @@ def open_gguf(path: str):
     if not os.path.isfile(path):
         raise ValueError(f"{path}: no such file")
     size = os.path.getsize(path)
+    # Every count and length checked against the file size first: GGUFReader allocates
+    # whatever the header declares.
+    check_gguf_structure(path)
     try:
         reader = GGUFReader(path)
     except Exception as e:  # GGUFReader raises ValueError, IndexError, KeyError, ...
@@ -62,14 +67,34 @@ def _field(reader, key: str, default=None):
     return f.contents()
 
 
-def _int(reader, src: str, key: str, default=None) -> int:
+def _int(reader, src: str, key: str, default=None, minimum=None, maximum=None) -> int:
+    """An integer metadata value, typed as one in the file (a string "12" is refused, not
+    parsed), within [minimum, maximum] when given."""
     v = _field(reader, key, default)
     if v is None:
         raise ValueError(f"{src}: GGUF metadata '{key}' is missing")
     if isinstance(v, list):
         raise ValueError(f"{src}: GGUF metadata '{key}' is a per-layer list {v[:4]}...: "
                          f"only one value for all layers is supported")
-    return int(v)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise ValueError(f"{src}: GGUF metadata '{key}' must be an integer, got "
+                         f"{type(v).__name__} {v!r}")
+    v = int(v)
+    if minimum is not None and v < minimum:
+        raise ValueError(f"{src}: GGUF metadata '{key}' = {v}: must be >= {minimum}")
+    if maximum is not None and v > maximum:
+        raise ValueError(f"{src}: GGUF metadata '{key}' = {v}: must be <= {maximum} "
+                         f"(docs/limits.md)")
+    return v
+
+
+def _float(reader, src: str, key: str, default: float) -> float:
+    """A number metadata value (an integer or a float in the file; a string is refused)."""
+    v = _field(reader, key, default)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{src}: GGUF metadata '{key}' must be a number, got "
+                         f"{type(v).__name__} {v!r}")
+    return float(v)
 
 
 def _refuse_metadata(reader, src: str, arch: str) -> None:
@@ -137,11 +162,17 @@ def plan_gguf(path) -> Plan:
     _check_types(reader, src)
     tensors = {t.name: t for t in reader.tensors}
     shapes = {t.name: tuple(int(x) for x in reversed(t.shape.tolist())) for t in reader.tensors}
-    N = _int(reader, src, f"{arch}.block_count")
-    D = _int(reader, src, f"{arch}.embedding_length")
-    F = _int(reader, src, f"{arch}.feed_forward_length")
-    H = _int(reader, src, f"{arch}.attention.head_count")
-    KVH = _int(reader, src, f"{arch}.attention.head_count_kv", H)
+    N = _int(reader, src, f"{arch}.block_count", minimum=1)
+    # Each block is 9 tensors: a block count the file cannot hold is refused before one job
+    # per tensor is planned (block_count = 1e6 in a 27 KB file once took 7.4 GB).
+    if N > len(reader.tensors) // len(_LAYER_TENSORS):
+        raise ValueError(f"{src}: GGUF metadata '{arch}.block_count' = {N}, but the file holds "
+                         f"only {len(reader.tensors)} tensors ({len(_LAYER_TENSORS)} per block: "
+                         f"tensors missing)")
+    D = _int(reader, src, f"{arch}.embedding_length", minimum=1)
+    F = _int(reader, src, f"{arch}.feed_forward_length", minimum=1)
+    H = _int(reader, src, f"{arch}.attention.head_count", minimum=1)
+    KVH = _int(reader, src, f"{arch}.attention.head_count_kv", H, minimum=1)
     hd = _int(reader, src, f"{arch}.attention.key_length", D // H if D % H == 0 else 0)
     if hd <= 0 or _int(reader, src, f"{arch}.attention.value_length", hd) != hd:
         raise ValueError(f"{src}: GGUF metadata '{arch}.attention.key_length' / value_length: "
@@ -152,23 +183,32 @@ def plan_gguf(path) -> Plan:
                          f"partial RoPE is not supported (head size {hd})")
     if "token_embd.weight" not in shapes:
         raise ValueError(f"{src}: tensor 'token_embd.weight' is missing")
-    V = _int(reader, src, f"{arch}.vocab_size", shapes["token_embd.weight"][0])
+    embd = shapes["token_embd.weight"]
+    if len(embd) != 2 or min(embd) < 1:
+        raise ValueError(f"{src}: tensor 'token_embd.weight' has shape {list(embd)}: expected "
+                         f"[vocab_size, embedding_length], both >= 1")
+    V = _int(reader, src, f"{arch}.vocab_size", embd[0], minimum=1)
     tied = "output.weight" not in shapes
     eos = []
     for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
                 "tokenizer.ggml.eom_token_id"):
         v = _field(reader, key)
-        if v is not None and int(v) not in eos:
-            eos.append(int(v))
+        if v is not None:
+            v = _int(reader, src, key)
+            if v not in eos:
+                eos.append(v)
     bos = _field(reader, "tokenizer.ggml.bos_token_id")
+    if bos is not None:
+        bos = _int(reader, src, "tokenizer.ggml.bos_token_id")
     config = dict(
         dim=D, vocab_size=V, n_heads=H, n_kv_heads=KVH, head_dim=hd, ffn_dim=F,
         n_pre_blocks=N - 1, n_loop_layers=1, n_post_blocks=0, default_loops=1,
-        max_seq_len=_int(reader, src, f"{arch}.context_length", 2048),
+        max_seq_len=_int(reader, src, f"{arch}.context_length", 2048, minimum=1,
+                         maximum=MAX_SEQ_LEN),
         norm_type="rmsnorm",
-        norm_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+        norm_eps=_float(reader, src, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
         norm_placement="pre", pos_encoding="rope_interleaved",
-        rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)), mlp="swiglu",
+        rope_theta=_float(reader, src, f"{arch}.rope.freq_base", 10000.0), mlp="swiglu",
         final_norm=True, tie_embeddings=tied, bos_id=None if bos is None else int(bos),
         eos_ids=eos)
     dims = {"attn_norm": (D,), "attn_q": (H * hd, D), "attn_k": (KVH * hd, D),
