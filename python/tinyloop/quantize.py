@@ -304,12 +304,35 @@ def eval_windows(model_path, files: list, ctx: int = 256, max_windows: int = 8,
             f"{len(files)} file(s)")
 
 
+def _max_seq_len(path: str) -> int:
+    """The config's max_seq_len, from the header alone (a file this cannot read gets 2^31:
+    quantize_model then names its problem)."""
+    import json
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(min(n, 1 << 30)).decode("utf-8"))
+        return int(json.loads(header["__metadata__"]["config"]).get("max_seq_len", 2048))
+    except (OSError, ValueError, KeyError, TypeError, struct.error):
+        return 2**31
+
+
 def main_args(args) -> int:
     """The CLI command (cli.py wires the arguments)."""
     import glob
     import os
 
     group = args.group or None
+    if not args.no_eval:
+        # Checked before anything is written: the report once failed after writing the file
+        # (a model with max_seq_len < --ctx).
+        if args.ctx < 2:
+            raise ValueError(f"--ctx must be >= 2, got {args.ctx}")
+        if args.max_windows < 1:
+            raise ValueError(f"--max-windows must be >= 1, got {args.max_windows}")
+        args.ctx = min(args.ctx, _max_seq_len(args.input))
     quantize_model(args.input, args.output, args.weights, group, args.scale_dtype)
     mib = lambda p: os.path.getsize(p) / 2**20  # noqa: E731
     detail = ""

@@ -114,3 +114,18 @@ def test_no_mmap_generates_the_same_tokens(test_models):
     a, b = tinyloop(*args), tinyloop(*args, "--no-mmap")
     assert a.returncode == 0 and b.returncode == 0, b.stderr.decode()
     assert a.stdout == b.stdout and a.stdout.split()
+
+
+def test_quantize_checks_before_writing_and_fits_ctx_to_the_model(tmp_path):
+    # A model with max_seq_len < --ctx: the report once failed after the file was written.
+    from tinyloop.random_model import write_random_model
+
+    src, out = str(tmp_path / "short.tinyloop"), str(tmp_path / "q.tinyloop")
+    write_random_model(src, "llama", max_seq_len=64, vocab_size=64)
+    p = tinyloop("quantize", src, out, "--weights", "int8", "--group", "16", "--max-windows", "1",
+                 "--eval-text", "--quiet")
+    assert p.returncode == 0, p.stderr.decode()
+    assert "windows of 64 random token ids" in p.stdout.decode()
+    p = tinyloop("quantize", src, str(tmp_path / "never.tinyloop"), "--weights", "int8", "--ctx", "1")
+    assert_one_line_error(p, "--ctx must be >= 2")
+    assert not os.path.exists(tmp_path / "never.tinyloop")
