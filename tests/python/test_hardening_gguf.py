@@ -221,3 +221,44 @@ def test_a_valid_file_still_converts(tmp_path):
     write_gguf(src, Q.Q8_0)
     out = convert(src, str(tmp_path / "ok.tinyloop"), progress=False)
     assert os.path.getsize(out) > 0
+
+
+# ---- a small fuzz: mutated headers are refused (ValueError) or converted, nothing else ------
+
+def test_mutated_gguf_files_are_refused_or_converted():
+    r = run_child("""
+        import collections, os, random, tempfile
+        from gguf import GGMLQuantizationType as Q
+        from tinyloop.convert import convert
+        from test_convert_gguf import write_gguf
+
+        d = tempfile.mkdtemp()
+        src = os.path.join(d, "base.gguf")
+        write_gguf(src, Q.Q8_0, tokenizer_model="gpt2")
+        base = open(src, "rb").read()
+        rng = random.Random(16)
+        outcomes = collections.Counter()
+        for i in range(200):
+            b = bytearray(base)
+            if rng.random() < 0.15:
+                b = b[:rng.randrange(len(b))]
+            else:  # bytes of the header: counts, lengths, types, dims, offsets
+                for _ in range(rng.randint(1, 4)):
+                    b[rng.randrange(min(len(b), 4096))] = rng.choice([0, 0xff, 0x7f, 0x80, rng.randrange(256)])
+            m, out = os.path.join(d, "m.gguf"), os.path.join(d, "m.tinyloop")
+            open(m, "wb").write(b)
+            try:
+                convert(m, out, progress=False)
+                outcomes["converted"] += 1
+            except ValueError:
+                outcomes["refused"] += 1
+            if os.path.exists(out):
+                os.unlink(out)
+        import resource
+        print("OUTCOMES", dict(outcomes))
+        print("MAXRSS_MB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    """, timeout=300, mem_limit_bytes=3 << 30)
+    assert r.rc == 0, r.describe()  # any other exception, a crash or a blow-up fails here
+    assert "refused" in r.out and "converted" in r.out, r.out
+    # Every file is 100 KB: no mutation may make the reader allocate what a count declares.
+    assert float(r.out.split("MAXRSS_MB")[1].split()[0]) < 400, r.out
