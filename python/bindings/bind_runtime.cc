@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/amx.h"
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
 #include "hwy/targets.h"
@@ -40,12 +41,18 @@ void bind_runtime(py::module_& m) {
           d["force_scalar"] = ops::force_scalar();
           d["num_threads"] = cpu::num_threads();
           d["q8_kernel"] = cpu::q8act_kernel_name();
+          d["bf16_kernel"] = cpu::bf16dot_kernel_name();
+          d["amx"] = cpu::amx_bf16_active();
+          d["amx_reason"] = cpu::amx_inactive_reason();
           return d;
         },
         "The CPU backend's state: the SIMD target in use (e.g. 'AVX3'), the targets compiled "
         "in, whether the scalar reference is forced, the thread count, and the kernel of "
         "quant_activations='q8' matmuls ('avx512vnni' or 'avx2': int8/int4 weights get a "
-        "repacked copy at load, counted in vram_usage_mb; else 'portable-<target>').");
+        "repacked copy at load, counted in vram_usage_mb; else 'portable-<target>'), the kernel "
+        "of the bf16 loop body (fp16_body=True: 'amx', 'avx512bf16' or 'portable-<target>'), "
+        "whether AMX tiles are in use and, when not, why ('no AMX on this CPU', 'disabled by "
+        "TINYLOOP_DISABLE_AMX', ...).");
 }
 
 }  // namespace tinyloop::py_bind

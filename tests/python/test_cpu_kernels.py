@@ -3,6 +3,8 @@ must not change: logits are bit-identical for any thread count, SIMD and the sca
 reference agree within float rounding; and `tinyloop bench` runs."""
 import json
 
+import os
+
 import numpy as np
 import pytest
 
@@ -33,6 +35,12 @@ def test_thread_count_setting(restore_cpu_settings):
     assert info["force_scalar"] is False
     # The q8 kernel: a packed one (AVX512-VNNI, AVX2), or the Highway one of the target in use.
     assert info["q8_kernel"] in ("avx512vnni", "avx2", "portable-" + info["simd_target"])
+    # The bf16 body's kernel; AMX exactly when the CPU has it (and nothing turned it off).
+    assert info["bf16_kernel"] in ("amx", "avx512bf16", "portable-" + info["simd_target"])
+    has_amx = "amx_bf16" in open("/proc/cpuinfo").read()
+    off = os.environ.get("TINYLOOP_DISABLE_AMX") == "1"
+    assert info["amx"] == (has_amx and not off) == (info["bf16_kernel"] == "amx")
+    assert (info["amx_reason"] == "") == info["amx"], info["amx_reason"]
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
