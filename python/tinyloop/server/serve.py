@@ -52,6 +52,9 @@ def _server_class():
 
 
 def run(args) -> int:
+    if getattr(args, "ray", False):  # N replicas behind Ray Serve (docs/scaling.md)
+        from ..scale.serve import run as run_ray
+        return run_ray(args)
     import uvicorn
 
     from .app import create_app
@@ -93,3 +96,5 @@ def add_arguments(p) -> None:
     p.add_argument("--drain-timeout", type=float, default=0.0,
                    help="on SIGTERM wait at most this long for in-flight requests (0: as long as they take)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    from ..scale.serve import add_arguments as ray_arguments  # --ray, --replicas, ... (no Ray import)
+    ray_arguments(p)
