@@ -278,6 +278,25 @@ def test_bridge_serves_tinyloops_own_app_and_a_dropped_stream_frees_the_engine_r
         state.close()
 
 
+def test_engine_replica_health_check_fails_once_its_engine_is_closed():
+    from tinyloop.scale.app import TinyLoopEngine
+
+    import tinyloop_py as tl
+
+    # the class itself, outside Serve; threads=0 leaves this process's thread pool alone
+    replica = TinyLoopEngine.func_or_class(MODEL, threads=0)
+    try:
+        replica.check_health()
+        rid, text = replica.metrics()
+        assert f'pid="{os.getpid()}",threads="{tl.get_num_threads()}"' in text
+        assert "tinyloop_prefix_hits_total" in text
+        replica.state.engine.close()  # closed (or broken) under the replica's feet
+        with pytest.raises(RuntimeError, match="closed"):
+            replica.check_health()
+    finally:
+        replica.__del__()
+
+
 # ---------------------------------------------------------------------------- on Ray Serve
 
 def _free_port() -> int:
@@ -322,8 +341,13 @@ def wait_for_replicas(base: str, n: int, timeout: float, exclude=()) -> dict:
 def ray_app(tmp_path_factory):
     from tinyloop.scale.serve import deploy, start_local_ray, stop
 
+    from ray._private import ray_constants
+
     port = _free_port()
     t0 = time.monotonic()
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
+                                            "RAY_USAGE_STATS_ENABLED")}
+    cluster = ray_constants.ENABLE_RAY_CLUSTER
     start_local_ray(num_cpus=2, port=port)
     try:
         deploy({"model": MODEL, "replicas": 2, "replica_threads": 1, "health_check_period_s": 1,
@@ -334,6 +358,12 @@ def ray_app(tmp_path_factory):
         yield {"base": base, "tmp": tmp_path_factory.mktemp("ray"), "replicas": reps}
     finally:
         stop()
+        ray_constants.ENABLE_RAY_CLUSTER = cluster  # what start_local_ray changed for the instance
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def test_ray_listens_on_loopback_only(ray_app):
@@ -524,7 +554,7 @@ def test_replica_killed_under_load_fails_only_its_requests_with_the_retryable_er
         assert (status, err) in ((200, "replica_failed"), (503, "replica_failed")), (status, replica, err)
         assert status == 503 or replica == victim, (status, replica, err)
     survivor = (set(reps) - {victim}).pop()
-    assert any(r[1] == survivor and r[3] is None for r in results)
+    assert any(r[1] == survivor and r[3] is None for r in results + later)
 
     new = wait_for_replicas(base, 2, 90, exclude=[victim])  # Serve brought a replica back
     assert survivor in new
