@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs every test: the C++ GoogleTest suites (Release, then again
-# under AddressSanitizer + UBSan) through CTest, and the Python suite with pytest.
+# under AddressSanitizer + UBSan) through CTest, a short libFuzzer run of every fuzz target
+# (scripts/fuzz.sh, FUZZ_SECONDS each, default 30), and the Python suite with pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -16,6 +17,9 @@ cmake -S . -B build/cpp-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTINYLOOP_BUILD_
 cmake --build build/cpp-asan -j "$JOBS"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/cpp-asan --output-on-failure -j "$JOBS"
+
+echo "== Fuzz (libFuzzer + ASan/UBSan, ${FUZZ_SECONDS:-30} s per target) =="
+bash scripts/fuzz.sh
 
 echo "== Python tests =="
 python3 -m pytest -q tests/python

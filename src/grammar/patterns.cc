@@ -73,6 +73,13 @@ std::string choice_pattern(const std::vector<std::string>& options) {
   return p + ")";
 }
 
+JsonShape::JsonShape() = default;
+JsonShape::JsonShape(const JsonShape&) = default;
+JsonShape::JsonShape(JsonShape&&) noexcept = default;
+JsonShape& JsonShape::operator=(const JsonShape&) = default;
+JsonShape& JsonShape::operator=(JsonShape&&) noexcept = default;
+JsonShape::~JsonShape() = default;
+
 JsonShape JsonShape::scalar(std::string_view name) {
   JsonShape s;
   if (name == "string") s.kind = kString;

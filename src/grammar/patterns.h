@@ -36,6 +36,14 @@ struct JsonShape {
   std::vector<JsonShape> item;                            // kArray: exactly one element
   // "string" | "integer" | "number" | "boolean" | "null"; throws std::invalid_argument.
   static JsonShape scalar(std::string_view type_name);
+  // Declared here, defined in patterns.cc where the pair<string, JsonShape> of `fields` is
+  // complete (clang with libstdc++ refuses to instantiate its destructor inside the class).
+  JsonShape();
+  JsonShape(const JsonShape&);
+  JsonShape(JsonShape&&) noexcept;
+  JsonShape& operator=(const JsonShape&);
+  JsonShape& operator=(JsonShape&&) noexcept;
+  ~JsonShape();
 };
 
 // The pattern of one JSON value of that shape. Whitespace: at most one space (0x20) after

@@ -52,10 +52,13 @@ KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t 
     // capacity - 1, or with a window the most blocks it holds at once, so its memory is
     // bounded by the window whatever the length.
     const int64_t first = std::clamp<int64_t>(first_pos, 0, capacity_);
-    const int64_t per_slot = window_ > 0 ? window_blocks(window_, block_.rows)
-                                         : (capacity_ - 1) / block_.rows - first / block_.rows + 1;
-    // (never more than the table holds: slots x n_blocks_ was bounded above)
-    pool_ = std::make_shared<KvPool>(block_, 0, slots * std::min(per_slot, n_blocks_), tracker_);
+    // A window as long as the capacity is no window for the pool's size: every position
+    // (and slots x n_blocks_ was bounded above, so the product cannot wrap); a shorter one
+    // needs at most n_blocks_ + a few blocks a slot.
+    const int64_t per_slot = window_ > 0 && window_ < capacity_
+                                 ? window_blocks(window_, block_.rows)
+                                 : (capacity_ - 1) / block_.rows - first / block_.rows + 1;
+    pool_ = std::make_shared<KvPool>(block_, 0, slots * per_slot, tracker_);
     private_pool_ = true;
   }
   refs_.resize(size_t(slots * n_blocks_));

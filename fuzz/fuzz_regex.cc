@@ -1,0 +1,24 @@
+// libFuzzer: the byte-regex compiler (parse -> NFA -> DFA) on arbitrary patterns. Every input
+// must compile or end in std::invalid_argument naming the problem (the limits keep time and
+// memory bounded). A compiled grammar must accept the shortest completion from its start
+// state and agree with itself on the input bytes.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "grammar/grammar.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string pattern(reinterpret_cast<const char*>(data), size);
+  try {
+    tinyloop::grammar::Grammar g(pattern);
+    const std::string done = g.shortest_completion(g.initial_state());
+    if (!g.matches(done)) std::abort();
+    const int32_t s = g.advance_bytes(g.initial_state(), pattern);
+    if ((s != tinyloop::grammar::Grammar::kDead && g.is_accepting(s)) != g.matches(pattern)) std::abort();
+  } catch (const std::invalid_argument&) {
+  }
+  return 0;
+}
