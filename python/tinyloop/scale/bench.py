@@ -32,6 +32,33 @@ def _server_load():
     return server_load
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def ray_pids(exclude=()) -> list[int]:
+    """Ray's own processes on this machine (raylet, GCS, ray:: workers: proxy, controller,
+    ingress), the engine replicas left out."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) in exclude:
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if cmd.startswith(b"ray::") or b"/raylet" in cmd or b"gcs_server" in cmd:
+            out.append(int(d))
+    return out
+
+
 def stats_of(base: str) -> dict:
     """Per-replica engine counters from the ingress's /metrics."""
     import re
@@ -43,6 +70,8 @@ def stats_of(base: str) -> dict:
     for m in re.finditer(r'^tinyloop_(engine_generated_tokens_total|requests_finished_total|steps_total|'
                          r'kv_blocks_total)\{replica="([^"]+)"[^}]*\} (\S+)$', text, re.M):
         out.setdefault(m.group(2), {})[m.group(1)] = float(m.group(3))
+    for m in re.finditer(r'^tinyloop_replica_info\{replica="([^"]+)",pid="(\d+)"', text, re.M):
+        out.setdefault(m.group(1), {})["pid"] = int(m.group(2))
     return out
 
 
@@ -56,7 +85,12 @@ def run_ray(model: str, replicas: int, threads: int, load, port: int, sl) -> dic
         name = sl.served_model(base)
         asyncio.run(sl.run_load(base, name, sl.Load(replicas * 2, 1, 4, load.prompts[:replicas * 2], time_limit=120)))
         before = stats_of(base)
+        engines = [r["pid"] for r in before.values()]
+        others = ray_pids(exclude=engines)
+        cpu0 = sum(map(cpu_seconds, engines)), sum(map(cpu_seconds, others))
         s = asyncio.run(sl.run_load(base, name, load))
+        cpu1 = sum(map(cpu_seconds, engines)), sum(map(cpu_seconds, others))
+        s["engine_cpu_s"], s["other_cpu_s"] = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
         after = stats_of(base)
         s["per_replica_tokens"] = sorted(int(after[r]["engine_generated_tokens_total"]
                                              - before.get(r, {}).get("engine_generated_tokens_total", 0))
@@ -73,7 +107,9 @@ def run_plain(model: str, threads: int, load, sl) -> dict:
         with sl.start_tinyloop(model) as srv:
             name = sl.served_model(srv.base_url)
             asyncio.run(sl.run_load(srv.base_url, name, sl.Load(2, 1, 4, load.prompts[:2], time_limit=120)))
+            cpu0 = srv.cpu_seconds()
             s = asyncio.run(sl.run_load(srv.base_url, name, load))
+            s["engine_cpu_s"], s["other_cpu_s"] = srv.cpu_seconds() - cpu0, 0.0
             s["per_replica_tokens"] = [s["tokens"]]
             return s
     finally:
@@ -105,8 +141,9 @@ def main(argv=None) -> int:
           f"{args.clients} clients x {args.requests} requests, prompt {args.prompt_tokens} tokens, "
           f"{args.max_tokens} new tokens each, greedy, every prompt different", flush=True)
     print("| setup | requests ok | tokens | wall s | aggregate tok/s | req/s | TTFT p50 ms | TTFT p99 ms | "
-          "TBT p50 ms | TBT p99 ms | tokens per replica | load avg before |\n"
-          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|", flush=True)
+          "TBT p50 ms | TBT p99 ms | tokens per replica | engine CPU s | tokens per engine CPU s | "
+          "other Ray CPU s | load avg before |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|", flush=True)
     failed = False
     runs = []
     if args.threads_plain >= 0:
@@ -122,7 +159,9 @@ def main(argv=None) -> int:
         s = fn()
         print(f"| {name} | {s['ok']}/{s['requests']} | {s['tokens']} | {s['wall_s']:.1f} | {s['tok_s']:.1f} | "
               f"{s['ok'] / s['wall_s']:.2f} | {s['ttft_p50_ms']:.0f} | {s['ttft_p99_ms']:.0f} | "
-              f"{s['tbt_p50_ms']:.0f} | {s['tbt_p99_ms']:.0f} | {s['per_replica_tokens']} | {load1:.1f} |", flush=True)
+              f"{s['tbt_p50_ms']:.0f} | {s['tbt_p99_ms']:.0f} | {s['per_replica_tokens']} | {s['engine_cpu_s']:.1f} | "
+              f"{s['tokens'] / s['engine_cpu_s'] if s['engine_cpu_s'] else float('nan'):.1f} | "
+              f"{s['other_cpu_s']:.1f} | {load1:.1f} |", flush=True)
         sl.report_problems(name, s)
         failed |= bool(s["failed"] or s["problems"])
         print(f"  ({time.perf_counter() - t0:.0f} s with start and stop)", file=sys.stderr, flush=True)
