@@ -112,12 +112,12 @@ namespace {
 
 std::string json_pattern_at(const JsonShape& shape, int depth);
 
-// Every piece is checked as it is built, so no intermediate string grows past twice the cap.
-std::string& capped(std::string& p) {
-  if (p.size() > size_t(kMaxPatternBytes))
+// Sizes are checked as the pattern is built (before an array writes its item twice), so no
+// string ever grows past about twice the cap.
+void check_size(size_t bytes) {
+  if (bytes > size_t(kMaxPatternBytes))
     throw std::invalid_argument("json_object: the shape's pattern exceeds " + std::to_string(kMaxPatternBytes) +
                                 " bytes (each level of nested arrays doubles it): simplify the shape");
-  return p;
 }
 
 }  // namespace
@@ -143,17 +143,15 @@ std::string json_pattern_at(const JsonShape& shape, int depth) {
         if (i) p += ws + "," + ws;
         p += escape_literal(json_quote(shape.fields[i].first)) + ws + ":" + ws +
              json_pattern_at(shape.fields[i].second, depth + 1);
-        capped(p);
+        check_size(p.size());
       }
-      p += ws + "\\}";
-      return capped(p);
+      return p + ws + "\\}";
     }
     case JsonShape::kArray: {
       if (shape.item.size() != 1) throw std::invalid_argument("json array shape needs exactly one item shape");
       std::string v = "(?:" + json_pattern_at(shape.item[0], depth + 1) + ")";
-      if (v.size() > size_t(kMaxPatternBytes) / 2) capped(v += v);  // the array writes it twice
-      std::string p = "\\[" + ws + "(?:" + v + "(?:" + ws + "," + ws + v + ")*" + ws + ")?\\]";
-      return capped(p);
+      check_size(2 * v.size());  // the array writes its item twice
+      return "\\[" + ws + "(?:" + v + "(?:" + ws + "," + ws + v + ")*" + ws + ")?\\]";
     }
   }
   return {};
