@@ -410,6 +410,13 @@ def test_openai_client_streamed_and_not_through_the_http_proxy(ray_app):
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="no-such-model", prompt="x", max_tokens=2)
 
+    page = httpx.get(ray_app["base"] + "/", timeout=30)  # the chat page, a file response, relayed
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert len(page.content) == int(page.headers["content-length"])
+    big = httpx.post(ray_app["base"] + "/v1/completions", content=b"x" * ((1 << 20) + 1),
+                     headers={"content-type": "application/json"}, timeout=30)
+    assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
+
 
 def test_shared_prefix_workload_lands_on_one_replica_and_hits_its_prefix_cache(ray_app):
     import openai
