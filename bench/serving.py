@@ -116,12 +116,20 @@ def throughput(args) -> None:
     path, gguf = model_paths(args.model, args.loops)
     conc = [int(x) for x in args.concurrency.split(",")]
     tl.set_num_threads(args.threads)
-    model = tl.Model(path, max_seq_len=args.prompt_len + args.n_new + 8)
+    model = tl.Model(path, max_seq_len=args.prompt_len + args.n_new + 8, fp16_body=args.fp16_body == "on")
     loops = args.loops if args.model != "smollm2" else None
     # No prefix caching: the same prompts run twice (prefill-only, then whole), and a cache
     # hit would hide the second prefill.
     eng = tl.Engine(model, kv_budget_mb=args.kv_budget_mb, max_num_seqs=max(conc),
                     max_batch_tokens=args.max_batch_tokens, prefix_caching=False)
+    # --fp16-body both: the bf16 loop body (AMX tiles where the CPU has them) as a second
+    # engine, alternating with the exact one in every repetition (the "peer" columns).
+    body = None
+    if args.fp16_body == "both":
+        body_model = tl.Model(path, max_seq_len=args.prompt_len + args.n_new + 8, fp16_body=True)
+        body = tl.Engine(body_model, kv_budget_mb=args.kv_budget_mb, max_num_seqs=max(conc),
+                         max_batch_tokens=args.max_batch_tokens, prefix_caching=False)
+        print(f"peer columns: the same engine with fp16_body=True (bf16 kernel: {tl.cpu_info()['bf16_kernel']})")
     peer = None
     if gguf and not args.no_peer:
         try:
@@ -143,7 +151,10 @@ def throughput(args) -> None:
         ours, theirs = [], []
         for _ in range(args.reps):
             ours.append(run_tinyloop(eng, prompts, args.n_new, loops))
-            if peer:
+            if body is not None:
+                r = run_tinyloop(body, prompts, args.n_new, loops)
+                theirs.append(dict(r, decode_step_tok_s=r["decode_tok_s"]))
+            elif peer:
                 theirs.append(peer.run(prompts, args.n_new))
         dec = statistics.mean(r["decode_tok_s"] for r in ours)
         tot = statistics.mean(r["total_tok_s"] for r in ours)
@@ -158,6 +169,8 @@ def throughput(args) -> None:
               f"{tot:.1f} | {tot / single_total:.2f}x | {p_tot:.1f} | {tot / p_tot:.2f}x | {ttft:.0f} |",
               flush=True)
     eng.close()
+    if body is not None:
+        body.close()
 
 
 def mixed(args) -> None:
@@ -298,6 +311,9 @@ def main() -> None:
     p.add_argument("--kv-budget-mb", type=float, default=2048)
     p.add_argument("--max-batch-tokens", type=int, default=512)
     p.add_argument("--no-peer", action="store_true", help="TinyLoop only")
+    p.add_argument("--fp16-body", choices=["off", "on", "both"], default="off",
+                   help="throughput: the bf16 loop body (Model(fp16_body=True); AMX on CPUs with it); "
+                        "'both' puts it in the peer columns instead of llama.cpp")
     p.add_argument("--requests", type=int, default=200)
     p.add_argument("--rate", type=float, default=10.0, help="mixed: arrivals per second")
     p.add_argument("--tau", type=float, default=0.05, help="mixed: early-exit threshold")
