@@ -18,7 +18,12 @@ HugeBytes alloc_huge_pages(size_t bytes) {
   const bool huge = bytes >= kHuge;
   const size_t align = huge ? kHuge : kLine;
   // aligned_alloc wants a multiple of the alignment (and a non-zero size). Rounding a size
-  // near SIZE_MAX up would wrap to a tiny buffer: no such memory exists, so bad_alloc.
+  // near SIZE_MAX up would wrap to a tiny buffer: no such memory exists, so bad_alloc. Nor
+  // does any buffer past the 47-bit user address space (x86-64, AArch64 with 4 KiB pages):
+  // refused here, since some allocators (AddressSanitizer's) abort on such a request
+  // instead of returning null.
+  constexpr size_t kMaxBytes = size_t(1) << 47;
+  if (bytes > kMaxBytes) throw std::bad_alloc();
   size_t rounded;
   try {
     rounded = bytes == 0 ? align : checked_round_up(bytes, align, "buffer size");
