@@ -17,10 +17,10 @@ namespace {
 // limit checks themselves are exercised all the more.
 tinyloop::grammar::CompileOptions fuzz_limits() {
   tinyloop::grammar::CompileOptions o;
-  o.max_nfa_states = 20000;
-  o.dfa.max_states = 2000;
-  o.dfa.max_subset_entries = 1'000'000;
-  o.dfa.max_work = 5'000'000;
+  o.max_nfa_states = 5000;
+  o.dfa.max_states = 1000;
+  o.dfa.max_subset_entries = 200'000;
+  o.dfa.max_work = 500'000;
   return o;
 }
 
