@@ -361,7 +361,10 @@ def test_int8_prefix_cache_and_pool_equal_generate(test_models):
 
 
 WINDOW = 12
-N_NEW = 100  # prompt 6 + 100 > WINDOW + 64 slack rows: blocks are released as it goes
+# prompt 6 + 250 > WINDOW + 64 slack rows: blocks are released as it goes; and 236 or 256
+# positions span more blocks of 32 than the window ever holds (6 a slot), so the window, not
+# the length, bounds the pool (a shorter run's pool is its own length's, which is smaller).
+N_NEW = 250
 
 
 def _window_peak(model, max_tokens, **kw):
@@ -376,7 +379,7 @@ def _window_peak(model, max_tokens, **kw):
 @pytest.mark.parametrize("kv_mode", ["fp32", "fp16", "int8"])
 def test_window_long_generation_bounded_and_equal_to_mask(test_models, kv_mode):
     m = test_models["huginn_gqa_f16"]
-    with tl.Model(m.path, kv_mode=kv_mode, max_seq_len=128) as model:
+    with tl.Model(m.path, kv_mode=kv_mode, max_seq_len=512) as model:
         toks, mem = _window_peak(model, N_NEW)
         _, mem_short = _window_peak(model, N_NEW - 20)
     assert len(toks) == 6 + N_NEW
@@ -384,7 +387,7 @@ def test_window_long_generation_bounded_and_equal_to_mask(test_models, kv_mode):
     # The same window as a mask over a full-length cache (the uncached path, same KV mode).
     masked = _uncached(m.path, lambda md: md.generate(PROMPT[:6], max_tokens=N_NEW, loops=3,
                                                       cache_window=WINDOW, stop_at_eos=False),
-                       kv_mode=kv_mode, max_seq_len=128)
+                       kv_mode=kv_mode, max_seq_len=512)
     assert toks == masked
     if kv_mode == "fp32":
         # The float64 reference of the window semantics (reference.generate(window=W) runs
@@ -396,7 +399,7 @@ def test_window_long_generation_bounded_and_equal_to_mask(test_models, kv_mode):
 @pytest.mark.parametrize("groups", [1, 2])
 def test_window_long_generation_shared_mode(test_models, groups):
     m = test_models["huginn_gqa_f16"]
-    with tl.Model(m.path, kv_mode="fp32", max_seq_len=128) as model:
+    with tl.Model(m.path, kv_mode="fp32", max_seq_len=512) as model:
         toks, mem = _window_peak(model, N_NEW, kv_loop_slots=groups)
         _, mem_short = _window_peak(model, N_NEW - 20, kv_loop_slots=groups)
     assert mem == pytest.approx(mem_short, abs=1e-9)
