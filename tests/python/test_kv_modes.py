@@ -460,14 +460,14 @@ def test_store_h_logits_match_cached_reference(test_models, name, mode):
 @pytest.mark.parametrize("mode", list(H_MODES))
 def test_store_h_cached_equals_uncached_shared_and_window(test_models, mode):
     m = test_models["huginn_gqa_f16"]
-    with tl.Model(m.path, kv_mode=mode, max_seq_len=128) as model:
+    with tl.Model(m.path, kv_mode=mode, max_seq_len=512) as model:
         toks, mem = _window_peak(model, N_NEW)
         _, mem_short = _window_peak(model, N_NEW - 20)
         shared = model.generate(PROMPT[:6], max_tokens=30, loops=4, kv_loop_slots=1, stop_at_eos=False)
     assert mem == pytest.approx(mem_short, abs=1e-9)
     masked = _uncached(m.path, lambda md: md.generate(PROMPT[:6], max_tokens=N_NEW, loops=3,
                                                       cache_window=WINDOW, stop_at_eos=False),
-                       kv_mode=mode, max_seq_len=128)
+                       kv_mode=mode, max_seq_len=512)
     assert toks == masked
     if mode == "h_fp16":  # store-h with shared loop groups: the numpy decode with both
         assert shared == cached_greedy(m, PROMPT[:6], 30, 4, 1, store_h=_h_fp16)
