@@ -68,6 +68,7 @@ sys.path.insert(0, os.path.join(_HERE, "..", "python"))  # tinyloop (the bench m
 sys.path.insert(0, _HERE)  # compare.py (its unrolled_gguf)
 
 import llama_cpp  # noqa: E402
+from tinyloop.bench import cpu_name  # noqa: E402
 
 LOOPS = 8  # the benchmark model's default loop depth, unrolled for llama.cpp
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -230,17 +231,6 @@ def check(peer: LlamaBatchPeer, prompts: list[list[int]], n_new: int) -> dict:
             "distinct_batched": len({tuple(o) for o in batched}),
             "distinct_alone": len({tuple(o) for o in alone}),
             "batched": batched, "alone": alone}
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def model_path(which: str) -> str:

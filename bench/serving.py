@@ -43,14 +43,7 @@ sys.path.insert(0, _HERE)
 
 import tinyloop_py as tl  # noqa: E402
 from tinyloop import bench  # noqa: E402
-
-
-def cpu_name() -> str:
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown CPU"
+from tinyloop.bench import cpu_name  # noqa: E402
 
 
 def rss_mb() -> float:

@@ -115,7 +115,8 @@ class Work:
         return 2.0 * (n_prompt * self.macs + self.head_macs) + 4.0 * width * keys * self.attn_layers
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (every recorded number names its CPU)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -286,7 +287,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"cpu: {_cpu_name()}; SIMD target {info['simd_target']} (compiled: "
+    print(f"cpu: {cpu_name()}; SIMD target {info['simd_target']} (compiled: "
           f"{', '.join(info['compiled_targets'])}); q8 kernel {info.get('q8_kernel', '?')}; "
           f"{args.repetitions} repetitions")
     print("| model | wtype | L | threads | kernels | test | t/s | hardware |")

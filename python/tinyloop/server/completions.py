@@ -53,18 +53,8 @@ async def handle(state, request, req: CompletionRequest):
         return StreamingResponse(_stream(state, req, job, base, prompt_texts, echo_lp),
                                  media_type="text/event-stream", headers=sse.HEADERS)
 
-    async def collect():
-        await job.start()
-        texts = {c.index: [] for c in job.choices}
-        entries = {c.index: [] for c in job.choices}
-        async for index, piece in job.pieces():
-            texts[index].append(piece.text)
-            if piece.logprobs:
-                entries[index].extend(piece.logprobs)
-        return texts, entries
-
     try:
-        texts, entries = await run_guarded(request, collect(), job.cancel)
+        texts, entries = await run_guarded(request, job.collect(), job.cancel)
     finally:
         job.record()
     _raise_on_failure(job)

@@ -99,6 +99,18 @@ class Job:
                 left -= 1
             yield index, piece
 
+    async def collect(self) -> tuple[dict, dict]:
+        """A whole (non-streamed) answer: starts the job, then every choice's text pieces
+        and logprob entries by choice index, once all have ended."""
+        await self.start()
+        texts = {c.index: [] for c in self.choices}
+        entries = {c.index: [] for c in self.choices}
+        async for index, piece in self.pieces():
+            texts[index].append(piece.text)
+            if piece.logprobs:
+                entries[index].extend(piece.logprobs)
+        return texts, entries
+
     @property
     def prompt_tokens(self) -> int:
         return sum(len(p) for p in self.prompts)
