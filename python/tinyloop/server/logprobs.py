@@ -7,12 +7,23 @@ event loop), log-softmaxed here in float64; the first prompt token has none (not
 precedes it), which OpenAI writes as null.
 
 An entry is (token id, logprob or None, [(id, logprob), ...] or None).
+
+A token the grammar or a stop rule masked has logprob -inf, which JSON cannot carry: it is
+written as -9999.0, as vLLM does (found by tests/python/test_server_fuzz.py: a json_object
+request with top_logprobs larger than the tokens the grammar allowed).
 """
 from __future__ import annotations
 
 import asyncio
+import math
 
 import numpy as np
+
+MASKED_LOGPROB = -9999.0  # a -inf (impossible) token's logprob in JSON
+
+
+def _finite(v):
+    return v if v is None or math.isfinite(v) else MASKED_LOGPROB
 
 
 async def prompt_entries(state, ids: list[int], loops: int | None, k: int) -> list[tuple]:
@@ -35,8 +46,8 @@ def completion_logprobs(state, entries, text_start: int = 0) -> dict:
     for tid, lp, top in entries:
         s = state.token_string(tid)
         tokens.append(s)
-        lps.append(lp)
-        tops.append(None if top is None else {state.token_string(i): v for i, v in top})
+        lps.append(_finite(lp))
+        tops.append(None if top is None else {state.token_string(i): _finite(v) for i, v in top})
         offsets.append(pos)
         pos += len(s)
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
@@ -45,7 +56,7 @@ def completion_logprobs(state, entries, text_start: int = 0) -> dict:
 def chat_logprobs(state, entries) -> dict:
     """/v1/chat/completions: {"content": [{token, logprob, bytes, top_logprobs}]}."""
     def one(tid, lp):
-        return {"token": state.token_string(tid), "logprob": lp, "bytes": list(state.token_raw(tid))}
+        return {"token": state.token_string(tid), "logprob": _finite(lp), "bytes": list(state.token_raw(tid))}
 
     return {"content": [dict(one(tid, lp), top_logprobs=[one(i, v) for i, v in (top or [])])
                         for tid, lp, top in entries], "refusal": None}
