@@ -3,7 +3,7 @@ and, with --compare, llama-cpp-python's own OpenAI server on the same weights.
 
     python3 bench/server_load.py --base-url http://127.0.0.1:8000 --clients 32 --requests 2
     python3 bench/server_load.py --serve models/tinyloop-demo.tinyloop --clients 16,32
-    python3 bench/server_load.py --compare --clients 16,32            # bench model vs its twin
+    python3 bench/server_load.py --compare --clients 16,32 --requests 1   # bench model vs its twin
     python3 bench/server_load.py --smoke                              # a few requests, < 30 s
 
 The load: C clients at once (asyncio + httpx), each sending R streaming `/v1/completions`
@@ -38,7 +38,10 @@ model with the same vocabulary as its tokenizer (written once beside it), so bot
 take the same prompt strings, pieces "t3".."t9" (the only ones llama.cpp's tokenizer reaches
 from characters: one token each), and stream the same kind of text. Greedy output of random
 weights rarely hits EOS: the table's finish reasons say whether every request ran to
---max-tokens.
+--max-tokens. Runtime of the line above on 2 idle cores: about 4 minutes, most of it
+llama-cpp-python serving 16 + 32 requests one at a time (128 + 128 tokens each); its
+threads spin at their barriers, so any other job on the machine slows it far more than
+TinyLoop (the TBT p99 column shows it: stalls of seconds).
 """
 from __future__ import annotations
 
