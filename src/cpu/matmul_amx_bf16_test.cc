@@ -18,6 +18,7 @@
 #include "cpu/thread_pool.h"
 #include "ops/convert_inl.h"
 #include "ops/matmul_bf16dot.h"
+#include "cpu/bf16dot_test_case.h"
 #include "ops/test_util.h"
 
 namespace tinyloop::cpu {
@@ -48,28 +49,8 @@ class AmxSummary : public ::testing::Environment {
     }                                                                           \
   } while (0)
 
-struct Case {
-  std::vector<float> x;          // [T, K]
-  StoredWeight w;                // [N, K]
-  std::vector<uint32_t> packed;  // [ceil(N / 64), ceil(K / 2), 64]
-  std::vector<float> b;          // [N]
-  int64_t T, K, N;
-  ops::WeightView view() const {
-    ops::WeightView v = w.view();
-    v.bf16dot = packed.data();
-    return v;
-  }
-};
-
-// Activations up to ~4 and weights of a trained layer's size: sums far above 2^-126.
-Case make_case(int64_t T, int64_t K, int64_t N, DType dt, uint32_t seed) {
-  Case c{random_floats(size_t(T * K), seed, -4.f, 4.f),
-         store_weight(random_floats(size_t(N * K), seed + 1, -0.05f, 0.05f), N, K, dt),
-         {}, random_floats(size_t(N), seed + 2), T, K, N};
-  c.packed.resize(size_t(ops::bf16dot_packed_words(N, K)));
-  ops::pack_bf16dot(c.w.view(), c.packed.data());
-  return c;
-}
+using Case = testing::Bf16dotCase;
+constexpr auto make_case = testing::make_bf16dot_case;
 
 void expect_bits_equal(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size());

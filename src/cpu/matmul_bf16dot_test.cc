@@ -18,6 +18,7 @@
 #include "cpu/test_util.h"
 #include "cpu/thread_pool.h"
 #include "ops/matmul_bf16dot.h"
+#include "cpu/bf16dot_test_case.h"
 #include "ops/test_util.h"
 
 namespace tinyloop::cpu {
@@ -33,29 +34,8 @@ class NoAmx : public ::testing::Environment {
 };
 [[maybe_unused]] ::testing::Environment* const g_no_amx = ::testing::AddGlobalTestEnvironment(new NoAmx);
 
-struct Case {
-  std::vector<float> x;          // [T, K]
-  StoredWeight w;                // [N, K]
-  std::vector<uint32_t> packed;  // [ceil(N / 64), ceil(K / 2), 64]
-  std::vector<float> b;          // [N]
-  int64_t T, K, N;
-  ops::WeightView view() const {
-    ops::WeightView v = w.view();
-    v.bf16dot = packed.data();
-    return v;
-  }
-};
-
-Case make_case(int64_t T, int64_t K, int64_t N, DType dt, uint32_t seed) {
-  // Weights of a trained layer's size (|w| ~ 1 / sqrt(K)) and activations up to ~4, with
-  // values down to ~1e-6 in both: sums stay far above 2^-126.
-  Case c{random_floats(size_t(T * K), seed, -4.f, 4.f),
-         store_weight(random_floats(size_t(N * K), seed + 1, -0.05f, 0.05f), N, K, dt),
-         {}, random_floats(size_t(N), seed + 2), T, K, N};
-  c.packed.resize(size_t(ops::bf16dot_packed_words(N, K)));
-  ops::pack_bf16dot(c.w.view(), c.packed.data());
-  return c;
-}
+using Case = testing::Bf16dotCase;
+constexpr auto make_case = testing::make_bf16dot_case;
 
 // Runs the check with the AVX512-BF16 kernel (when the CPU has it), then with the portable
 // kernel on every compiled target this CPU runs.
