@@ -219,8 +219,8 @@ PySamplingParams make_params(int64_t max_tokens, std::optional<int64_t> loops, d
   }
   // What can be checked without a model, now (the rest at submit).
   if (max_tokens < 1) throw py::value_error("max_tokens must be >= 1, got " + std::to_string(max_tokens));
-  if (loops && (*loops < 1 || *loops > runtime::Engine::kMaxLoops))
-    throw py::value_error("loops must be in [1, " + std::to_string(runtime::Engine::kMaxLoops) + "], got " +
+  if (loops && (*loops < 1 || *loops > kMaxLoops))
+    throw py::value_error("loops must be in [1, " + std::to_string(kMaxLoops) + "], got " +
                           std::to_string(*loops));
   if (cache_window < 0) throw py::value_error("cache_window must be >= 0, got " + std::to_string(cache_window));
   if (kv_loop_slots < 0) throw py::value_error("kv_loop_slots must be >= 0, got " + std::to_string(kv_loop_slots));

@@ -47,13 +47,7 @@ class Engine {
   // Weights + live caches + live workspaces, in MiB.
   double memory_mb() const;
 
-  // The deepest run any call accepts (tinyloop::kMaxLoops, config.h: a model file's
-  // default_loops is held to it at load). Far beyond what looped models are trained or tested
-  // at (Huginn-0125 up to 64-128, Ouro 4), while time and KV grow linearly with depth, and
-  // it keeps every size computed from loops (KV slots x blocks x bytes) far from int64's
-  // range. A request over it is a mistake, not a workload.
-  static constexpr int64_t kMaxLoops = tinyloop::kMaxLoops;
-  // `loops` resolved against the config default and validated (1 .. kMaxLoops).
+  // `loops` resolved against the config default and validated (1 .. kMaxLoops, config.h).
   int64_t resolve_loops(std::optional<int64_t> loops) const;
   // Throws std::invalid_argument naming "prompt" for an empty prompt or an id outside [0, V).
   void check_tokens(const std::vector<int32_t>& ids, const char* what = "prompt") const;

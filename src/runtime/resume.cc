@@ -18,9 +18,9 @@ std::shared_ptr<const ResumeHandle> ResumeHandle::build(std::shared_ptr<const En
   e.check_tokens(prompt);
   const int64_t L1 = e.resolve_loops(loops);
   const int64_t max_L = max_loops.value_or(std::max(2 * L1, e.config().default_loops));
-  if (max_L < L1 || max_L > Engine::kMaxLoops)
+  if (max_L < L1 || max_L > kMaxLoops)
     throw std::invalid_argument("max_loops must be in [loops (" + std::to_string(L1) + "), " +
-                                std::to_string(Engine::kMaxLoops) + "], got " + std::to_string(max_L));
+                                std::to_string(kMaxLoops) + "], got " + std::to_string(max_L));
   if (max_tokens < 1)
     throw std::invalid_argument("max_tokens must be >= 1, got " + std::to_string(max_tokens));
   const auto T = static_cast<int64_t>(prompt.size());

@@ -220,7 +220,7 @@ TEST_P(ServingEngineTest, CancelTimeoutAndLimits) {
   bad.prompt = {99};
   EXPECT_THROW(eng.submit(bad, a), std::invalid_argument);
   bad = r;
-  bad.loops = 4000;  // more KV than the whole budget (within Engine::kMaxLoops)
+  bad.loops = 4000;  // more KV than the whole budget (within kMaxLoops)
   EXPECT_THROW(
       {
         try {

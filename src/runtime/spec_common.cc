@@ -20,8 +20,8 @@ void validate(const Engine& e, const SpeculativeRequest& r, bool tree) {
   StopMatcher(r.stop_sequences, e.config().vocab_size);
   // The speculative arguments.
   if (r.draft_loops < 1) bad("draft_loops must be >= 1, got " + std::to_string(r.draft_loops));
-  if (r.verify_loops < 1 || r.verify_loops > Engine::kMaxLoops)
-    bad("verify_loops must be in [1, " + std::to_string(Engine::kMaxLoops) + "], got " +
+  if (r.verify_loops < 1 || r.verify_loops > kMaxLoops)
+    bad("verify_loops must be in [1, " + std::to_string(kMaxLoops) + "], got " +
         std::to_string(r.verify_loops));
   if (r.draft_loops > r.verify_loops)
     bad("draft_loops (" + std::to_string(r.draft_loops) + ") must be <= verify_loops (" +
