@@ -109,15 +109,20 @@ TokenLogprobs token_logprobs(const float* logits, int64_t V, int32_t token, int 
   TokenLogprobs out;
   out.logprob = lp(token);
   if (top_n > 0) {
-    std::vector<int32_t> idx(static_cast<size_t>(V));
-    for (int64_t i = 0; i < V; ++i) idx[size_t(i)] = static_cast<int32_t>(i);
-    auto key = [&](int32_t i) { return std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i]; };
-    const auto n = std::min<int64_t>(top_n, V);
-    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
-      const float ka = key(a), kb = key(b);
-      return ka > kb || (ka == kb && a < b);
-    });
-    for (int64_t i = 0; i < n; ++i) out.top.emplace_back(idx[size_t(i)], lp(idx[size_t(i)]));
+    // One pass keeping the n best (logit desc, id asc) in a sorted list of at most 20: this
+    // runs per generated token, so no V-sized index array and sort. Ids come in ascending
+    // order, so an equal logit never displaces an earlier (lower) id.
+    const auto n = static_cast<size_t>(std::min<int64_t>(top_n, V));
+    std::vector<std::pair<float, int32_t>> best;  // [<= n] (key, id), best first
+    best.reserve(n + 1);
+    for (int64_t i = 0; i < V; ++i) {
+      const float k = std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i];
+      if (best.size() == n && !(k > best.back().first)) continue;
+      auto at = std::find_if(best.begin(), best.end(), [&](const auto& e) { return k > e.first; });
+      best.insert(at, {k, static_cast<int32_t>(i)});
+      if (best.size() > n) best.pop_back();
+    }
+    for (const auto& [k, id] : best) out.top.emplace_back(id, lp(id));
   }
   return out;
 }
