@@ -75,13 +75,7 @@ FinishReason SequenceDecoder::emit(int32_t tok, int64_t depth) {
   emitted_.push_back(tok);
   depths_.push_back(depth);
   if (!seen_mark_[size_t(tok)]) seen_mark_[size_t(tok)] = 1, seen_.push_back(tok);
-  if (sampling_.presence_penalty != 0.0f || sampling_.frequency_penalty != 0.0f) {
-    const auto [at, added] = count_index_.try_emplace(tok, out_counts_.size());
-    if (added)
-      out_counts_.emplace_back(tok, 1);
-    else
-      ++out_counts_[at->second].second;
-  }
+  if (sampling_.presence_penalty != 0.0f || sampling_.frequency_penalty != 0.0f) ++out_counts_[tok];
   if (top_logprobs_ >= 0) {
     logprobs_.push_back(pending_logprobs_.value_or(TokenLogprobs{std::nanf(""), {}}));
     pending_logprobs_.reset();

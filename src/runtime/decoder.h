@@ -65,8 +65,7 @@ class SequenceDecoder {
   GrammarCursor grammar_;
   std::vector<uint8_t> seen_mark_;  // [V] 1 = in prompt + output
   std::vector<int32_t> seen_;       // distinct ids of prompt + output (the penalty's set)
-  std::vector<std::pair<int32_t, int32_t>> out_counts_;  // (id, times emitted), first-emitted order
-  std::unordered_map<int32_t, size_t> count_index_;       // id -> its entry in out_counts_
+  std::unordered_map<int32_t, int32_t> out_counts_;  // id -> times emitted (the penalties' counts)
   int top_logprobs_ = -1;
   std::optional<TokenLogprobs> pending_logprobs_;  // of the token choose() returned last
   std::vector<TokenLogprobs> logprobs_;

@@ -80,9 +80,8 @@ void apply_repetition_penalty(float* logits, int64_t V, const std::vector<int32_
   }
 }
 
-void apply_presence_frequency(float* logits, int64_t V,
-                              const std::vector<std::pair<int32_t, int32_t>>& counts, float presence,
-                              float frequency) {
+void apply_presence_frequency(float* logits, int64_t V, const std::unordered_map<int32_t, int32_t>& counts,
+                              float presence, float frequency) {
   if (presence == 0.0f && frequency == 0.0f) return;
   for (const auto& [id, n] : counts)
     if (id >= 0 && id < V && n > 0) logits[id] -= presence + frequency * static_cast<float>(n);

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <random>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -48,9 +49,8 @@ void apply_repetition_penalty(float* logits, int64_t V, const std::vector<int32_
 // OpenAI's presence / frequency penalties (as vLLM applies them): for every (id, count) in
 // `counts` (the generated tokens so far, count > 0), logits[id] -= presence + frequency *
 // count. ids outside [0, V) are ignored. logits[V] in place.
-void apply_presence_frequency(float* logits, int64_t V,
-                              const std::vector<std::pair<int32_t, int32_t>>& counts, float presence,
-                              float frequency);
+void apply_presence_frequency(float* logits, int64_t V, const std::unordered_map<int32_t, int32_t>& counts,
+                              float presence, float frequency);
 
 // Log-probabilities of one step for the API's `logprobs`: the chosen token's log-softmax
 // value and the `top_n` most probable ids (descending; ties to the lower id), all from
