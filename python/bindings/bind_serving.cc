@@ -294,7 +294,7 @@ none), presence_penalty / frequency_penalty (OpenAI's, in [-2, 2], over the gene
 logit -= presence * [count > 0] + frequency * count, after the repetition penalty) and
 logprobs (None, or 0..20: every generated token then carries its log-probability and that
 many most probable alternatives, from the logits after penalties and grammar mask, before
-temperature; RequestOutput.logprobs, RequestHandle.poll_logprobs()). Validated here as far as possible without a model (ValueError naming the argument),
+temperature; RequestOutput.logprobs, RequestHandle.poll_detail()). Validated here as far as possible without a model (ValueError naming the argument),
 the rest (token ids, loops against the KV budget, grammar vocabulary) at submit. Every
 attribute can be read and set.)doc")
       .def(py::init(&make_params), py::kw_only(), py::arg("max_tokens") = 64, py::arg("loops") = py::none(),
@@ -413,15 +413,6 @@ the wait timed out); cancel() ends it at the next step and frees its KV.)doc")
              throw py::stop_iteration();
            })
       .def("poll", [](PyHandle& h) { return h.sink->poll(); })
-      .def("poll_logprobs",
-           [](PyHandle& h) {
-             py::list out;
-             for (const auto& d : h.sink->poll_detail())
-               out.append(py::make_tuple(d.token, d.logprobs.logprob, d.logprobs.top));
-             return out;
-           },
-           "Like poll(), with log-probabilities: [(token_id, logprob, [(id, logprob), ...])]\n"
-           "(NaN and [] when the request's logprobs was None).")
       .def("poll_detail",
            [](PyHandle& h) {
              py::list out;

@@ -226,11 +226,11 @@ def test_penalties_and_logprobs_match_a_numpy_oracle(presence, frequency):
         loops = 3
         h = eng.submit(prompt, max_tokens=12, loops=loops, stop_at_eos=False, presence_penalty=presence,
                        frequency_penalty=frequency, logprobs=5)
-        streamed = []
+        streamed = []  # (token, logprob, top) of each poll_detail entry
         while not h.done:
-            streamed += h.poll_logprobs()
+            streamed += [(t, lp, top) for t, _, lp, top in h.poll_detail()]
             time.sleep(0.001)
-        streamed += h.poll_logprobs()
+        streamed += [(t, lp, top) for t, _, lp, top in h.poll_detail()]
         out = h.result()
         assert [t for t, _, _ in streamed] == out.tokens and len(out.logprobs) == len(out.tokens) == 12
         counts = {}
@@ -252,11 +252,11 @@ def test_penalties_and_logprobs_match_a_numpy_oracle(presence, frequency):
         if presence > 0:  # the penalties changed the output (this prompt repeats tokens)
             plain = eng.submit(prompt, max_tokens=12, loops=loops, stop_at_eos=False).result().tokens
             assert plain != out.tokens
-        # Without logprobs asked: none, and poll_logprobs gives NaN placeholders.
+        # Without logprobs asked: none, and poll_detail gives NaN placeholders.
         h = eng.submit(prompt, max_tokens=3, loops=loops)
         assert h.result().logprobs == []
-        rest = h.poll_logprobs()
-        assert all(np.isnan(lp) and top == [] for _, lp, top in rest)
+        rest = h.poll_detail()
+        assert all(np.isnan(lp) and top == [] for _, _, lp, top in rest)
 
 
 def test_threads_submit_at_once():

@@ -1,6 +1,6 @@
 """Logprobs in OpenAI's two shapes, and the prompt's own logprobs for `echo`.
 
-Generated tokens carry theirs from the engine (handle.poll_logprobs(): the log-softmax of
+Generated tokens carry theirs from the engine (handle.poll_detail(): the log-softmax of
 the logits after penalties and the grammar mask, before temperature / top-k / top-p). The
 prompt's come from one scoring pass (`Model.score`: the logits of every position, off the
 event loop), log-softmaxed here in float64; the first prompt token has none (nothing
