@@ -2,7 +2,7 @@
 
     from tinyloop.convert import convert
     convert("smollm2.gguf", "smollm2.tinyloop")          # GGUF, llama architecture
-    convert("path/to/hf-folder", "model.tinyloop")         # Llama, Huginn-0125 or Ouro
+    convert("path/to/hf-folder", "model.tinyloop")         # Llama, Huginn, Ouro or Nanbeige
 
 The importer is picked from the input: a `.gguf` file (or any file starting with the
 GGUF magic), or a folder with a config.json whose `architectures` / `model_type` names a
@@ -22,6 +22,7 @@ SUPPORTED_HF = {
     "LlamaForCausalLM": "llama", "llama": "llama",
     "RavenForCausalLM": "huginn", "huginn_raven": "huginn",
     "OuroForCausalLM": "ouro", "ouro": "ouro",
+    "NanbeigeForCausalLM": "nanbeige", "nanbeige": "nanbeige",
 }
 
 
@@ -51,7 +52,7 @@ def _hf_kind(folder) -> str:
             return SUPPORTED_HF[n]
     what = names[0] if names else "(no 'architectures' or 'model_type')"
     raise ValueError(f"{folder.path}: architecture {what!r} is not supported (supported: "
-                     f"LlamaForCausalLM, huginn_raven, ouro, and GGUF llama)")
+                     f"LlamaForCausalLM, huginn_raven, ouro, nanbeige, and GGUF llama)")
 
 
 def plan_for(src):
@@ -69,6 +70,9 @@ def plan_for(src):
         if kind == "huginn":
             from .hf_huginn import plan_huginn
             return plan_huginn(folder)
+        if kind == "nanbeige":
+            from .hf_nanbeige import plan_nanbeige
+            return plan_nanbeige(folder)
         from .hf_ouro import plan_ouro
         return plan_ouro(folder)
     if not os.path.exists(src):
