@@ -16,14 +16,22 @@ inline constexpr int64_t kMaxLoops = 4096;
 // Positions per sequence (config max_seq_len and Model(max_seq_len=)): 16M, beyond every
 // released context length, and far from where positions x rows x bytes could wrap.
 inline constexpr int64_t kMaxSeqLen = int64_t(1) << 24;
+// qk_norm's epsilon: 2^-23, the float32 epsilon that Parcae's weightless
+// F.rms_norm(eps=None) uses on float32 rows (docs/model-format.md).
+inline constexpr float kQkNormEps = 1.1920928955078125e-07f;
 
 enum class NormType { RMSNorm, LayerNorm };
 enum class NormPlacement { Pre, HuginnSandwich, OuroSandwich };
 enum class PosEncoding { RopeHalf, RopeInterleaved, Learned, None };
-enum class MlpType { SwiGLU, GELU, GELUTanh };
+enum class MlpType { SwiGLU, GELU, GELUTanh, ReLU2 };
 enum class InitState { Input, Zeros, Random };
 enum class Inject { None, Add, LinearConcat };
 enum class PostLoopNorm { None, Final, Own };
+// How Ouro's learned exit gate picks a token's logits (docs/loop-depth.md, "Exit gate"):
+// Off = the last iteration's; Threshold = the first iteration whose exit CDF reaches
+// exit_gate_threshold; Step = iteration exit_gate_step; Weighted = the exit distribution's
+// mixture of every iteration's logits.
+enum class ExitGateMode { Off, Threshold, Step, Weighted };
 
 struct ModelConfig {
   int64_t dim = 0;
@@ -45,6 +53,7 @@ struct ModelConfig {
   bool attn_qkv_bias = false;
   bool attn_out_bias = false;
   bool mlp_bias = false;
+  bool qk_norm = false;  // q and k of each head divided by their RMS after RoPE (Parcae)
   PosEncoding pos_encoding = PosEncoding::RopeHalf;
   double rope_theta = 10000.0;
   MlpType mlp = MlpType::SwiGLU;
@@ -52,12 +61,23 @@ struct ModelConfig {
   InitState init_state = InitState::Input;
   double init_state_std = 0.0;
   uint64_t init_state_seed = 0;
+  // true: a random initial state is drawn per call from the call's seed (fresh entropy
+  // without one), as Huginn's reference draws it per forward; false: init_state_seed,
+  // the same state for every call (docs/model-format.md).
+  bool init_state_per_call = false;
+  bool prelude_norm = false;  // a norm on the loop input, after the pre blocks (Parcae)
   Inject inject = Inject::None;
   bool loop_norm = false;
   PostLoopNorm post_loop_norm = PostLoopNorm::None;
+  bool post_loop_proj = false;  // a [D, D] linear on the loop output (Parcae's C)
   bool final_norm = true;
   bool tie_embeddings = false;
   bool exit_gate = false;
+  // The gate's default rule, as Ouro's reference reads it from config.json
+  // (docs/convert.md, "Ouro"); a call's exit_gate* kwargs override it.
+  ExitGateMode exit_gate_mode = ExitGateMode::Off;
+  double exit_gate_threshold = 1.0;  // in [0, 1]
+  int64_t exit_gate_step = 0;        // 1-based iteration (Step mode needs >= 1)
   std::optional<int64_t> bos_id;
   std::vector<int64_t> eos_ids;
 

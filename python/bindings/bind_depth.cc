@@ -13,6 +13,7 @@
 #include "py_model.h"
 #include "runtime/depth_scoring.h"
 #include "runtime/early_exit.h"
+#include "runtime/state_draw.h"
 
 namespace tinyloop::py_bind {
 namespace {
@@ -49,14 +50,19 @@ void bind_depth(py::module_& m, ModelClass& cls) {
 loop state after iteration l (post-loop norm, post blocks, final norm, head), from ONE forward.
 [l-1] equals score(prompt, loops=l). loops defaults to config()["default_loops"].)doc")
       .def("score_trajectory",
-           [](const PyModel& self, const py::object& prompt, std::optional<int64_t> loops) {
+           [](const PyModel& self, const py::object& prompt, std::optional<int64_t> loops,
+              const py::object& seed, double init_scale) {
              auto e = self.engine();
              auto ids = to_ids(prompt, "prompt");
              const int64_t L = e->resolve_loops(loops);
+             runtime::validate_init_scale(e->config(), init_scale);
+             std::optional<model::StateDraw> draw;  // default: the file's fixed state
+             if (!seed.is_none() || init_scale != 1.0)
+               draw = runtime::resolve_state_draw(e->config(), to_seed(seed), init_scale);
              runtime::Trajectory tr;
              {
                py::gil_scoped_release nogil;
-               tr = runtime::score_trajectory(*e, ids, L);
+               tr = runtime::score_trajectory(*e, ids, L, draw);
              }
              const auto T = static_cast<py::ssize_t>(ids.size());
              const auto D = static_cast<py::ssize_t>(e->config().dim);
@@ -68,13 +74,17 @@ loop state after iteration l (post-loop norm, post blocks, final norm, head), fr
              d["iterations"] = to_numpy(std::move(tr.iterations), {static_cast<py::ssize_t>(L), T, D});
              return d;
            },
-           py::arg("prompt"), py::arg("loops") = py::none(),
+           py::arg("prompt"), py::arg("loops") = py::none(), py::arg("seed") = py::none(),
+           py::arg("init_scale") = 1.0,
            R"doc(Hidden-state trajectory of one forward, float32 arrays in a dict:
   embedding  [seq_len, dim]               embed * embed_scale (+ learned positions)
   pre        [n_pre_blocks, seq_len, dim] output of each pre layer
   init       [seq_len, dim]               the loop's initial state s0
   iterations [loops, seq_len, dim]        loop state after each iteration (loop_norm included,
-                                          post_loop_norm not))doc")
+                                          post_loop_norm not)
+seed / init_scale: the random initial state of this forward (a model with init_state_per_call,
+Huginn, draws it from seed as generate does; init_scale multiplies its std, 0 = zeros). By
+default the file's fixed init_state_seed, as score() uses.)doc")
       .def("score_with_uncertainty",
            [](const PyModel& self, const py::object& prompt, int64_t shallow_loops, int64_t deep_loops) {
              auto e = self.engine();

@@ -14,6 +14,7 @@
 #include "convert.h"
 #include "generate_args.h"
 #include "py_model.h"
+#include "runtime/gate_exit.h"
 #include "runtime/generate.h"
 
 namespace tinyloop::py_bind {
@@ -31,7 +32,14 @@ const char* name_of(PosEncoding v) {
     default: return "none";
   }
 }
-const char* name_of(MlpType v) { return v == MlpType::SwiGLU ? "swiglu" : v == MlpType::GELU ? "gelu" : "gelu_tanh"; }
+const char* name_of(MlpType v) {
+  switch (v) {
+    case MlpType::SwiGLU: return "swiglu";
+    case MlpType::GELU: return "gelu";
+    case MlpType::GELUTanh: return "gelu_tanh";
+    default: return "relu2";
+  }
+}
 const char* name_of(InitState v) { return v == InitState::Input ? "input" : v == InitState::Zeros ? "zeros" : "random"; }
 const char* name_of(Inject v) { return v == Inject::None ? "none" : v == Inject::Add ? "add" : "linear_concat"; }
 const char* name_of(PostLoopNorm v) { return v == PostLoopNorm::None ? "none" : v == PostLoopNorm::Final ? "final" : "own"; }
@@ -59,6 +67,7 @@ py::dict config_dict(const Engine& e) {
   d["attn_qkv_bias"] = c.attn_qkv_bias;
   d["attn_out_bias"] = c.attn_out_bias;
   d["mlp_bias"] = c.mlp_bias;
+  d["qk_norm"] = c.qk_norm;
   d["pos_encoding"] = name_of(c.pos_encoding);
   d["rope_theta"] = c.rope_theta;
   d["mlp"] = name_of(c.mlp);
@@ -66,12 +75,18 @@ py::dict config_dict(const Engine& e) {
   d["init_state"] = name_of(c.init_state);
   d["init_state_std"] = c.init_state_std;
   d["init_state_seed"] = c.init_state_seed;
+  d["init_state_per_call"] = c.init_state_per_call;
+  d["prelude_norm"] = c.prelude_norm;
   d["inject"] = name_of(c.inject);
   d["loop_norm"] = c.loop_norm;
   d["post_loop_norm"] = name_of(c.post_loop_norm);
+  d["post_loop_proj"] = c.post_loop_proj;
   d["final_norm"] = c.final_norm;
   d["tie_embeddings"] = c.tie_embeddings;
   d["exit_gate"] = c.exit_gate;
+  d["exit_gate_mode"] = runtime::gate_mode_name(c.exit_gate_mode);
+  d["exit_gate_threshold"] = c.exit_gate_threshold;
+  d["exit_gate_step"] = c.exit_gate_step;
   d["bos_id"] = c.bos_id ? py::object(py::int_(*c.bos_id)) : py::object(py::none());
   d["eos_ids"] = c.eos_ids;
   d["kv_mode"] = e.kv_mode();
@@ -134,39 +149,59 @@ One Model may be used from several Python threads at once (the GIL is released d
       .def("tokenizer_json", [](const PyModel& self) { return self.engine()->model().file().tokenizer_json(); },
            "The embedded Hugging Face tokenizer.json text ('' when the file has none).")
       .def("score",
-           [](const PyModel& self, const py::object& prompt, std::optional<int64_t> loops) {
+           [](const PyModel& self, const py::object& prompt, std::optional<int64_t> loops,
+              const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
+              std::optional<int64_t> exit_gate_step) {
              auto e = self.engine();
              auto ids = to_ids(prompt, "prompt");
+             const auto gate = runtime::resolve_gate(e->config(), gate_request(exit_gate, exit_gate_threshold,
+                                                                               exit_gate_step), {});
              std::vector<float> logits;
              {
                py::gil_scoped_release nogil;
-               logits = e->score(ids, loops);
+               logits = gate.enabled() ? runtime::score_exit_gate(*e, ids, loops, gate) : e->score(ids, loops);
              }
              const auto T = static_cast<py::ssize_t>(ids.size());
              return to_numpy(std::move(logits), {T, static_cast<py::ssize_t>(e->config().vocab_size)});
            },
-           py::arg("prompt"), py::arg("loops") = py::none(),
-           "Logits of every position: float32 [seq_len, vocab_size].")
+           py::arg("prompt"), py::arg("loops") = py::none(), py::arg("exit_gate") = py::none(),
+           py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
+           "Logits of every position: float32 [seq_len, vocab_size]. On a model with an exit gate\n"
+           "(Ouro) each row follows the gate's rule (exit_gate: 'off' | 'threshold' | 'step' |\n"
+           "'weighted'; None = the model file's config; docs/loop-depth.md, \"Exit gate\").")
       .def("score_last",
-           [](const PyModel& self, const py::object& prompt, std::optional<int64_t> loops) {
+           [](const PyModel& self, const py::object& prompt, std::optional<int64_t> loops,
+              const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
+              std::optional<int64_t> exit_gate_step) {
              auto e = self.engine();
              auto ids = to_ids(prompt, "prompt");
+             const auto gate = runtime::resolve_gate(e->config(), gate_request(exit_gate, exit_gate_threshold,
+                                                                               exit_gate_step), {});
+             const int64_t V = e->config().vocab_size;
              std::vector<float> logits;
              {
                py::gil_scoped_release nogil;
-               logits = e->score_last(ids, loops);
+               if (gate.enabled()) {
+                 logits = runtime::score_exit_gate(*e, ids, loops, gate);
+                 logits.erase(logits.begin(), logits.end() - V);
+               } else {
+                 logits = e->score_last(ids, loops);
+               }
              }
-             return to_numpy(std::move(logits), {static_cast<py::ssize_t>(e->config().vocab_size)});
+             return to_numpy(std::move(logits), {static_cast<py::ssize_t>(V)});
            },
-           py::arg("prompt"), py::arg("loops") = py::none(),
-           "Logits of the last position: float32 [vocab_size].")
+           py::arg("prompt"), py::arg("loops") = py::none(), py::arg("exit_gate") = py::none(),
+           py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
+           "Logits of the last position: float32 [vocab_size] (the exit gate as in score()).")
       .def("generate",
            [](const PyModel& self, const py::object& prompt, int64_t max_tokens, std::optional<int64_t> loops,
               double temperature, int64_t top_k, double top_p, int64_t cache_window, double repetition_penalty,
               const py::object& stop_sequences, int64_t early_exit_patience, int64_t early_exit_min_L,
               double early_exit_tau, int64_t early_exit_peek_every, double early_exit_logit_margin,
               int64_t beam_size, double length_penalty, bool early_stopping, const py::object& grammar,
-              const py::object& seed, bool stop_at_eos, int64_t kv_loop_slots) {
+              const py::object& seed, bool stop_at_eos, int64_t kv_loop_slots, double init_scale,
+              const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
+              std::optional<int64_t> exit_gate_step) {
              auto e = self.engine();
              const auto beam = beam_params(beam_size, length_penalty, early_stopping);
              auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
@@ -175,6 +210,10 @@ One Model may be used from several Python threads at once (the GIL is released d
              req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
                                                 early_exit_peek_every, early_exit_logit_margin);
              req.kv_loop_slots = kv_loop_slots;
+             req.init_scale = init_scale;
+             req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step);
+             if (beam.active() && req.exit_gate.any())
+               throw py::value_error("exit_gate: not supported with beam search (beam_size >= 2)");
              runtime::GenerateResult res;
              {
                py::gil_scoped_release nogil;
@@ -190,7 +229,8 @@ One Model may be used from several Python threads at once (the GIL is released d
            py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
            py::arg("beam_size") = 0, py::arg("length_penalty") = 1.0, py::arg("early_stopping") = true,
            py::arg("grammar") = py::none(), py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
-           py::arg("kv_loop_slots") = 0,
+           py::arg("kv_loop_slots") = 0, py::arg("init_scale") = 1.0, py::arg("exit_gate") = py::none(),
+           py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
            "Prefill the prompt, then decode up to max_tokens. Returns prompt + new tokens (List[int]).\n"
            "beam_size >= 2: deterministic beam search (docs/beam-search.md); final beams ranked by\n"
            "log_prob / max(1, new_len)^length_penalty; early_stopping returns once the top-ranked beam ended.\n"
@@ -199,7 +239,12 @@ One Model may be used from several Python threads at once (the GIL is released d
            "early_exit_patience > 0 enables decode-time early exit (docs/loop-depth.md): after early_exit_min_L\n"
            "iterations, a probe every early_exit_peek_every iterations; stable when ||s_i - s_{i-1}|| / ||s_i|| <\n"
            "early_exit_tau, or (early_exit_logit_margin > 0) when top1 - top2 of the logits read out of s_i >\n"
-           "the margin; a token stops after early_exit_patience consecutive stable probes.")
+           "the margin; a token stops after early_exit_patience consecutive stable probes.\n"
+           "init_scale multiplies the std of a random initial loop state (Huginn; 0 = the zero state).\n"
+           "A model converted from Huginn draws that state per call from seed (fresh without one),\n"
+           "as its reference does (docs/loop-depth.md \"Random initial state\").\n"
+           "exit_gate ('off' | 'threshold' | 'step' | 'weighted'), exit_gate_threshold, exit_gate_step: Ouro's\n"
+           "learned exit gate (docs/loop-depth.md, \"Exit gate\"); None = the model file's config.")
       .def("generate_stream",
            [](const PyModel& self, const py::object& prompt, const py::object& on_token, int64_t max_tokens,
               std::optional<int64_t> loops, double temperature, int64_t top_k, double top_p,
@@ -207,7 +252,9 @@ One Model may be used from several Python threads at once (the GIL is released d
               int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
               int64_t early_exit_peek_every, double early_exit_logit_margin, const py::object& seed,
               bool stop_at_eos, const py::object& grammar, int64_t beam_size, double length_penalty,
-              bool early_stopping, int64_t kv_loop_slots) {
+              bool early_stopping, int64_t kv_loop_slots, double init_scale,
+              const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
+              std::optional<int64_t> exit_gate_step) {
              auto e = self.engine();
              if (!PyCallable_Check(on_token.ptr())) throw py::value_error("on_token must be callable");
              const auto beam = beam_params(beam_size, length_penalty, early_stopping);
@@ -217,6 +264,10 @@ One Model may be used from several Python threads at once (the GIL is released d
              req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
                                                 early_exit_peek_every, early_exit_logit_margin);
              req.kv_loop_slots = kv_loop_slots;
+             req.init_scale = init_scale;
+             req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step);
+             if (beam.active() && req.exit_gate.any())
+               throw py::value_error("exit_gate: not supported with beam search (beam_size >= 2)");
              // A Python exception in the callback stops generation and is re-raised here,
              // unchanged (one raised by the returned value's __bool__ too). The callback
              // returns a bool, None (= go on), or a number-like value with a truth value
@@ -256,7 +307,8 @@ One Model may be used from several Python threads at once (the GIL is released d
            py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
            py::arg("seed") = py::none(), py::arg("stop_at_eos") = true, py::arg("grammar") = py::none(),
            py::arg("beam_size") = 0, py::arg("length_penalty") = 1.0, py::arg("early_stopping") = true,
-           py::arg("kv_loop_slots") = 0,
+           py::arg("kv_loop_slots") = 0, py::arg("init_scale") = 1.0, py::arg("exit_gate") = py::none(),
+           py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
            "generate() with on_token(tok) -> bool called per token (False stops after it). Returns a dict:\n"
            "(with beam_size >= 2 on_token receives the winning beam's tokens after the search.)\n"
            "tokens, prefill_ms, first_token_ms, decode_steady_ms, tokens_emitted, loops_per_token (the loop\n"

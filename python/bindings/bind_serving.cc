@@ -23,6 +23,7 @@
 #include "generate_args.h"
 #include "py_model.h"
 #include "runtime/serving_engine.h"
+#include "runtime/state_draw.h"
 
 namespace tinyloop::py_bind {
 namespace {
@@ -195,13 +196,20 @@ PySamplingParams make_params(int64_t max_tokens, std::optional<int64_t> loops, d
                              double early_exit_logit_margin, const py::object& grammar,
                              std::optional<uint64_t> seed, bool stop_at_eos, int64_t kv_loop_slots,
                              double timeout_s, double presence_penalty, double frequency_penalty,
-                             std::optional<int64_t> logprobs) {
+                             std::optional<int64_t> logprobs, double init_scale,
+                             const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
+                             std::optional<int64_t> exit_gate_step) {
   PySamplingParams p;
   fill_request(p.req, max_tokens, loops, temperature, top_k, top_p, cache_window, repetition_penalty,
                stop_sequences, seed, stop_at_eos);
   p.req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
                                        early_exit_peek_every, early_exit_logit_margin);
   p.req.kv_loop_slots = kv_loop_slots;
+  p.req.init_scale = init_scale;
+  p.req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step);
+  runtime::validate(p.req.exit_gate);  // the model-dependent checks come at submit
+  if (!std::isfinite(init_scale) || init_scale < 0 || init_scale > runtime::kMaxInitScale)
+    throw py::value_error("init_scale must be a finite number in [0, 1e6], got " + std::to_string(init_scale));
   p.req.sampling.presence_penalty = static_cast<float>(presence_penalty);
   p.req.sampling.frequency_penalty = static_cast<float>(frequency_penalty);
   if (logprobs) {
@@ -294,7 +302,7 @@ none), presence_penalty / frequency_penalty (OpenAI's, in [-2, 2], over the gene
 logit -= presence * [count > 0] + frequency * count, after the repetition penalty) and
 logprobs (None, or 0..20: every generated token then carries its log-probability and that
 many most probable alternatives, from the logits after penalties and grammar mask, before
-temperature; RequestOutput.logprobs, RequestHandle.poll_detail()). Validated here as far as possible without a model (ValueError naming the argument),
+temperature; RequestOutput.logprobs, RequestHandle.poll_detail()) and init_scale (Model.generate's). Validated here as far as possible without a model (ValueError naming the argument),
 the rest (token ids, loops against the KV budget, grammar vocabulary) at submit. Every
 attribute can be read and set.)doc")
       .def(py::init(&make_params), py::kw_only(), py::arg("max_tokens") = 64, py::arg("loops") = py::none(),
@@ -305,7 +313,9 @@ attribute can be read and set.)doc")
            py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
            py::arg("grammar") = py::none(), py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
            py::arg("kv_loop_slots") = 0, py::arg("timeout") = 0.0, py::arg("presence_penalty") = 0.0,
-           py::arg("frequency_penalty") = 0.0, py::arg("logprobs") = py::none())
+           py::arg("frequency_penalty") = 0.0, py::arg("logprobs") = py::none(),
+           py::arg("init_scale") = 1.0, py::arg("exit_gate") = py::none(),
+           py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none())
       .def_property("max_tokens", [](const PySamplingParams& p) { return p.req.max_tokens; },
                     [](PySamplingParams& p, int64_t v) { p.req.max_tokens = v; })
       .def_property("loops", [](const PySamplingParams& p) { return p.req.loops; },
@@ -322,6 +332,20 @@ attribute can be read and set.)doc")
                     [](PySamplingParams& p, int64_t v) { p.req.cache_window = v; })
       .def_property("kv_loop_slots", [](const PySamplingParams& p) { return p.req.kv_loop_slots; },
                     [](PySamplingParams& p, int64_t v) { p.req.kv_loop_slots = v; })
+      .def_property("init_scale", [](const PySamplingParams& p) { return p.req.init_scale; },
+                    [](PySamplingParams& p, double v) { p.req.init_scale = v; })
+      .def_property("exit_gate",
+                    [](const PySamplingParams& p) -> std::optional<std::string> {
+                      if (!p.req.exit_gate.mode) return std::nullopt;
+                      return std::string(runtime::gate_mode_name(*p.req.exit_gate.mode));
+                    },
+                    [](PySamplingParams& p, const std::optional<std::string>& v) {
+                      p.req.exit_gate.mode = v ? std::optional<ExitGateMode>(runtime::parse_gate_mode(*v)) : std::nullopt;
+                    })
+      .def_property("exit_gate_threshold", [](const PySamplingParams& p) { return p.req.exit_gate.threshold; },
+                    [](PySamplingParams& p, std::optional<double> v) { p.req.exit_gate.threshold = v; })
+      .def_property("exit_gate_step", [](const PySamplingParams& p) { return p.req.exit_gate.step; },
+                    [](PySamplingParams& p, std::optional<int64_t> v) { p.req.exit_gate.step = v; })
       .def_property("stop_sequences", [](const PySamplingParams& p) { return p.req.stop_sequences; },
                     [](PySamplingParams& p, const py::object& v) { p.req.stop_sequences = to_stop_sequences(v); })
       .def_property("seed", [](const PySamplingParams& p) { return p.req.seed; },

@@ -49,8 +49,19 @@ def _sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--repetition-penalty", type=float, default=1.1)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--init-scale", type=float, default=None,
+                   help="random initial loop state (Huginn): multiplier of its std, 0 = zero state "
+                        "(default 1; drawn per call from --seed)")
     p.add_argument("--cache-window", type=int, default=0)
     p.add_argument("--max-seq-len", type=int, default=None)
+    # Ouro's learned exit gate (docs/loop-depth.md "Exit gate"); unset = the model file's rule.
+    p.add_argument("--exit-gate", default=None, choices=["off", "threshold", "step", "weighted"],
+                   help="exit gate rule of a model that has one (default: the model file's, "
+                        "i.e. the converted config.json's)")
+    p.add_argument("--exit-gate-threshold", type=float, default=None,
+                   help="threshold rule: exit at the first loop whose exit probability CDF >= this")
+    p.add_argument("--exit-gate-step", type=int, default=None,
+                   help="step rule: exit after this many loops")
 
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
@@ -112,7 +123,13 @@ def decode_kwargs(args) -> dict:
     engine's defaults apply."""
     names = ("max_tokens", "loops", "temperature", "top_k", "top_p", "repetition_penalty",
              "cache_window", "kv_loop_slots", "beam_size", "length_penalty")
-    return {n: getattr(args, n) for n in names if hasattr(args, n)}
+    kw = {n: getattr(args, n) for n in names if hasattr(args, n)}
+    if getattr(args, "init_scale", None) is not None:
+        kw["init_scale"] = args.init_scale
+    for name in ("exit_gate", "exit_gate_threshold", "exit_gate_step"):
+        if getattr(args, name, None) is not None:
+            kw[name] = getattr(args, name)
+    return kw
 
 
 def _generate_inputs(args) -> tuple[str | None, str]:
@@ -152,7 +169,8 @@ def cmd_generate(args) -> int:
         n = r["tokens_emitted"]
         per_tok = r["decode_steady_ms"] / max(1, n - 1)
         print(f"[{n} tokens, prefill {r['prefill_ms']:.1f} ms, first token {r['first_token_ms']:.1f} ms, "
-              f"decode {per_tok:.1f} ms/token, loops {args.loops or model.config()['default_loops']}]",
+              f"decode {per_tok:.1f} ms/token, loops {args.loops or model.config()['default_loops']}, "
+              f"mean loops {r['mean_loops']:.2f}]",
               file=sys.stderr)
     return 0
 

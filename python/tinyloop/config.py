@@ -45,19 +45,26 @@ _FIELDS = {
     "attn_qkv_bias": ("bool", False),
     "attn_out_bias": ("bool", False),
     "mlp_bias": ("bool", False),
+    "qk_norm": ("bool", False),
     "pos_encoding": (("rope_half", "rope_interleaved", "learned", "none"), "rope_half"),
     "rope_theta": ("float", 10000.0),
-    "mlp": (("swiglu", "gelu", "gelu_tanh"), "swiglu"),
+    "mlp": (("swiglu", "gelu", "gelu_tanh", "relu2"), "swiglu"),
     "embed_scale": ("float", 1.0),
     "init_state": (("input", "zeros", "random"), "input"),
     "init_state_std": ("float", 0.0),
     "init_state_seed": ("uint64", 0),
+    "init_state_per_call": ("bool", False),
+    "prelude_norm": ("bool", False),
     "inject": (("none", "add", "linear_concat"), "none"),
     "loop_norm": ("bool", False),
     "post_loop_norm": (("none", "final", "own"), "none"),
+    "post_loop_proj": ("bool", False),
     "final_norm": ("bool", True),
     "tie_embeddings": ("bool", False),
     "exit_gate": ("bool", False),
+    "exit_gate_mode": (("off", "threshold", "step", "weighted"), "off"),
+    "exit_gate_threshold": ("float", 1.0),
+    "exit_gate_step": ("int", 0),
     "bos_id": ("int_or_null", None),
     "eos_ids": ("int_list", []),
 }
@@ -65,6 +72,8 @@ _FIELDS = {
 # Upper limits, as the engine's (include/tinyloop/config.h kMaxLoops / kMaxSeqLen,
 # docs/limits.md): a file over them is refused here as it would be at load.
 MAX_LOOPS = 4096
+# qk_norm's epsilon (include/tinyloop/config.h kQkNormEps): the float32 epsilon 2^-23.
+QK_NORM_EPS = 2.0 ** -23
 MAX_SEQ_LEN = 2**24
 _MAXIMUM = {"default_loops": MAX_LOOPS, "max_seq_len": MAX_SEQ_LEN}
 
@@ -173,6 +182,16 @@ def _check_rules(c: dict) -> None:
         raise ValueError("config field 'init_state_std': must be > 0 when init_state is 'random'")
     if c["post_loop_norm"] == "final" and not c["final_norm"]:
         raise ValueError("config field 'post_loop_norm': 'final' needs final_norm true")
+    if c["exit_gate_mode"] != "off" and not c["exit_gate"]:
+        raise ValueError("config field 'exit_gate_mode': not 'off' but exit_gate is false")
+    if not 0 <= c["exit_gate_threshold"] <= 1:
+        raise ValueError(f"config field 'exit_gate_threshold': must be in [0, 1], "
+                         f"got {c['exit_gate_threshold']}")
+    if not 0 <= c["exit_gate_step"] <= MAX_LOOPS:
+        raise ValueError(f"config field 'exit_gate_step': must be in [0, {MAX_LOOPS}], "
+                         f"got {c['exit_gate_step']}")
+    if c["exit_gate_mode"] == "step" and c["exit_gate_step"] < 1:
+        raise ValueError("config field 'exit_gate_step': must be >= 1 when exit_gate_mode is 'step'")
     V = c["vocab_size"]
     if c["bos_id"] is not None and not 0 <= c["bos_id"] < V:
         raise ValueError(f"config field 'bos_id': {c['bos_id']} is outside [0, {V})")
@@ -247,9 +266,9 @@ def _add_layer(out: dict, c: dict, p: str) -> None:
 def expected_tensors(cfg: dict) -> dict[str, tuple]:
     """Every tensor name the config needs -> its shape, per the doc's "Tensor names" table.
 
-    Order: embed, pos_emb, inject, pre layers, loop layers, post layers, loop_norm,
-    post_loop_norm, final_norm, head, exit_gate (a stable order the writer keeps within
-    each element size).
+    Order: embed, pos_emb, inject, pre layers, loop layers, post layers, prelude_norm,
+    loop_norm, post_loop_norm, post_loop_proj, final_norm, head, exit_gate (a stable order
+    the writer keeps within each element size).
     """
     c = normalize_config(cfg)
     D, V = c["dim"], c["vocab_size"]
@@ -261,10 +280,14 @@ def expected_tensors(cfg: dict) -> dict[str, tuple]:
     for group in layer_prefixes(c).values():
         for p in group:
             _add_layer(out, c, p)
+    if c["prelude_norm"]:
+        _add_norm(out, c, "prelude_norm")
     if c["loop_norm"]:
         _add_norm(out, c, "loop_norm")
     if c["post_loop_norm"] == "own":
         _add_norm(out, c, "post_loop_norm")
+    if c["post_loop_proj"]:
+        out["post_loop_proj.weight"] = (D, D)  # no bias: Parcae's C has none
     if c["final_norm"]:
         _add_norm(out, c, "final_norm")
     if not c["tie_embeddings"]:

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .config import check_tensor_shapes, layer_prefixes, normalize_config, uses_rope
+from .config import QK_NORM_EPS, check_tensor_shapes, layer_prefixes, normalize_config, uses_rope
 from .quantize import dequantize, logical_shapes
 
 __all__ = [
@@ -141,6 +141,8 @@ def _activation(kind: str, x: np.ndarray) -> np.ndarray:
         return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
     if kind == "gelu_tanh":
         return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    if kind == "relu2":
+        return np.maximum(x, 0.0) ** 2
     raise AssertionError(kind)
 
 
@@ -204,6 +206,11 @@ def _qkv(cfg: dict, tensors: dict, p: str, h: np.ndarray):
             _linear(tensors, p + "attn.wv", h))
 
 
+def _unit_rms(x: np.ndarray) -> np.ndarray:
+    """qk_norm: x [T, hd] / sqrt(mean(x^2) + 2^-23), per row."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + QK_NORM_EPS)
+
+
 def _attention(cfg: dict, tensors: dict, p: str, h: np.ndarray, positions: np.ndarray,
                window: int) -> np.ndarray:
     """Multi-head (GQA) causal attention of layer `p` on h [T, D] -> [T, D]."""
@@ -218,6 +225,8 @@ def _attention(cfg: dict, tensors: dict, p: str, h: np.ndarray, positions: np.nd
         vg = v[:, g * hd:(g + 1) * hd]  # [T, hd]
         if uses_rope(cfg):
             qi, kg = _rope(cfg, qi, positions), _rope(cfg, kg, positions)
+        if cfg["qk_norm"]:  # each head's vector over its RMS, no weight, after RoPE
+            qi, kg = _unit_rms(qi), _unit_rms(kg)
         scores = qi @ kg.T / math.sqrt(hd)  # [T, T]
         scores = np.where(mask, scores, -np.inf)
         heads.append(_softmax(scores) @ vg)  # [T, hd]
@@ -225,7 +234,7 @@ def _attention(cfg: dict, tensors: dict, p: str, h: np.ndarray, positions: np.nd
 
 
 def _mlp(cfg: dict, tensors: dict, p: str, h: np.ndarray) -> np.ndarray:
-    """swiglu: down(silu(gate h) * up h); gelu*: down(gelu(up h)). h [T, D] -> [T, D]."""
+    """swiglu: down(silu(gate h) * up h); gelu* / relu2: down(act(up h)). h [T, D] -> [T, D]."""
     up = _linear(tensors, p + "mlp.w_up", h)  # [T, F]
     if cfg["mlp"] == "swiglu":
         hidden = _activation("silu", _linear(tensors, p + "mlp.w_gate", h)) * up  # [T, F]
@@ -284,6 +293,14 @@ def _state_element(seed: int, p: int, i: int) -> float:
         c += 1
 
 
+def call_state_seed(cfg: dict, seed: int) -> int:
+    """The state seed of a generate call with `seed` (src/runtime/state_draw.cc): a model with
+    init_state_per_call draws from the call's seed, any other keeps init_state_seed."""
+    if not cfg.get("init_state_per_call", False):
+        return int(cfg["init_state_seed"])
+    return splitmix64((int(seed) ^ 0x1417E5EED0FCA11) & _MASK64)
+
+
 def random_state(seed: int, positions, dim: int, std: float) -> np.ndarray:
     """s0[t, i] = std * z(seed, positions[t], i). [T, dim] float64."""
     positions = [int(p) for p in np.asarray(positions).reshape(-1)]
@@ -321,8 +338,9 @@ def embed(cfg: dict, tensors: dict, ids, positions=None) -> np.ndarray:
 
 
 def pre_blocks(cfg, tensors, e, positions, window=0, trace=None) -> np.ndarray:
-    """x = pre_blocks(e). [T, D]."""
-    return _layers(cfg, tensors, layer_prefixes(cfg)["pre"], e, positions, window, trace)
+    """x = pre_blocks(e), then prelude_norm when the config has one. [T, D]."""
+    x = _layers(cfg, tensors, layer_prefixes(cfg)["pre"], e, positions, window, trace)
+    return _norm(cfg, tensors, "prelude_norm", x) if cfg["prelude_norm"] else x
 
 
 def initial_state(cfg: dict, x: np.ndarray, positions) -> np.ndarray:
@@ -356,11 +374,13 @@ def loop_iteration(cfg, tensors, s, x, positions=None, window=0) -> np.ndarray:
 
 
 def _readout(cfg, tensors, s, positions, window, states=None) -> np.ndarray:
-    """post_loop_norm, post blocks, final norm, head. s [T, D] -> logits [T, V]."""
+    """post_loop_norm, post_loop_proj, post blocks, final norm, head. s [T, D] -> logits [T, V]."""
     if cfg["post_loop_norm"] == "final":
         s = _norm(cfg, tensors, "final_norm", s)  # Huginn's ln_f, used a second time below
     elif cfg["post_loop_norm"] == "own":
         s = _norm(cfg, tensors, "post_loop_norm", s)
+    if cfg["post_loop_proj"]:
+        s = _matmul(tensors, "post_loop_proj.weight", s)  # Parcae's C [D, D]
     post = [] if states is not None else None
     y = _layers(cfg, tensors, layer_prefixes(cfg)["post"], s, positions, window, post)
     if cfg["final_norm"]:

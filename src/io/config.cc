@@ -101,13 +101,18 @@ constexpr EnumName<PosEncoding> kPosEncodings[] = {
     {"learned", PosEncoding::Learned},
     {"none", PosEncoding::None}};
 constexpr EnumName<MlpType> kMlps[] = {
-    {"swiglu", MlpType::SwiGLU}, {"gelu", MlpType::GELU}, {"gelu_tanh", MlpType::GELUTanh}};
+    {"swiglu", MlpType::SwiGLU}, {"gelu", MlpType::GELU}, {"gelu_tanh", MlpType::GELUTanh},
+    {"relu2", MlpType::ReLU2}};
 constexpr EnumName<InitState> kInitStates[] = {
     {"input", InitState::Input}, {"zeros", InitState::Zeros}, {"random", InitState::Random}};
 constexpr EnumName<Inject> kInjects[] = {
     {"none", Inject::None}, {"add", Inject::Add}, {"linear_concat", Inject::LinearConcat}};
 constexpr EnumName<PostLoopNorm> kPostLoopNorms[] = {
     {"none", PostLoopNorm::None}, {"final", PostLoopNorm::Final}, {"own", PostLoopNorm::Own}};
+constexpr EnumName<ExitGateMode> kExitGateModes[] = {{"off", ExitGateMode::Off},
+                                                     {"threshold", ExitGateMode::Threshold},
+                                                     {"step", ExitGateMode::Step},
+                                                     {"weighted", ExitGateMode::Weighted}};
 
 template <class E, size_t N>
 E read_enum(const json& v, const char* field, const EnumName<E> (&table)[N]) {
@@ -161,6 +166,7 @@ const FieldSpec kFields[] = {
     TL_FIELD(attn_qkv_bias, read_bool),
     TL_FIELD(attn_out_bias, read_bool),
     TL_FIELD(mlp_bias, read_bool),
+    TL_FIELD(qk_norm, read_bool),
     TL_ENUM(pos_encoding, kPosEncodings),
     TL_FIELD(rope_theta, read_float),
     TL_ENUM(mlp, kMlps),
@@ -168,12 +174,18 @@ const FieldSpec kFields[] = {
     TL_ENUM(init_state, kInitStates),
     TL_FIELD(init_state_std, read_float),
     TL_FIELD(init_state_seed, read_uint),
+    TL_FIELD(init_state_per_call, read_bool),
+    TL_FIELD(prelude_norm, read_bool),
     TL_ENUM(inject, kInjects),
     TL_FIELD(loop_norm, read_bool),
     TL_ENUM(post_loop_norm, kPostLoopNorms),
+    TL_FIELD(post_loop_proj, read_bool),
     TL_FIELD(final_norm, read_bool),
     TL_FIELD(tie_embeddings, read_bool),
     TL_FIELD(exit_gate, read_bool),
+    TL_ENUM(exit_gate_mode, kExitGateModes),
+    TL_FIELD(exit_gate_threshold, read_float),
+    TL_FIELD(exit_gate_step, read_int),
     TL_FIELD(bos_id, read_optional_int),
     TL_FIELD(eos_ids, read_int_list),
 };
@@ -306,6 +318,18 @@ void check_options(const ModelConfig& c) {
     fail("field 'post_loop_norm' is 'final' but 'final_norm' is false");
 }
 
+// The gate's default rule needs the gate, a probability threshold and a real iteration.
+void check_exit_gate(const ModelConfig& c) {
+  if (c.exit_gate_mode != ExitGateMode::Off && !c.exit_gate)
+    fail("field 'exit_gate_mode' is not 'off' but 'exit_gate' is false");
+  if (c.exit_gate_threshold < 0 || c.exit_gate_threshold > 1)
+    fail("field 'exit_gate_threshold' must be in [0, 1], got " + std::to_string(c.exit_gate_threshold));
+  require_at_least(c.exit_gate_step, 0, "exit_gate_step");
+  require_at_most(c.exit_gate_step, kMaxLoops, "exit_gate_step");
+  if (c.exit_gate_mode == ExitGateMode::Step && c.exit_gate_step < 1)
+    fail("field 'exit_gate_step' must be >= 1 when 'exit_gate_mode' is 'step'");
+}
+
 void check_token_id(int64_t id, int64_t vocab, const char* field) {
   if (id < 0 || id >= vocab)
     fail("field " + quoted(field) + " has token id " + std::to_string(id) +
@@ -336,6 +360,7 @@ void check_consistency(const ModelConfig& c) {
   check_heads(c);
   check_floats(c);
   check_options(c);
+  check_exit_gate(c);
   check_token_ids(c);
   check_derived_sizes(c);
 }
@@ -421,6 +446,7 @@ std::string config_to_json(const ModelConfig& c) {
   j["attn_qkv_bias"] = c.attn_qkv_bias;
   j["attn_out_bias"] = c.attn_out_bias;
   j["mlp_bias"] = c.mlp_bias;
+  j["qk_norm"] = c.qk_norm;
   j["pos_encoding"] = enum_name(c.pos_encoding, kPosEncodings);
   j["rope_theta"] = c.rope_theta;
   j["mlp"] = enum_name(c.mlp, kMlps);
@@ -428,12 +454,18 @@ std::string config_to_json(const ModelConfig& c) {
   j["init_state"] = enum_name(c.init_state, kInitStates);
   j["init_state_std"] = c.init_state_std;
   j["init_state_seed"] = c.init_state_seed;
+  j["init_state_per_call"] = c.init_state_per_call;
+  j["prelude_norm"] = c.prelude_norm;
   j["inject"] = enum_name(c.inject, kInjects);
   j["loop_norm"] = c.loop_norm;
   j["post_loop_norm"] = enum_name(c.post_loop_norm, kPostLoopNorms);
+  j["post_loop_proj"] = c.post_loop_proj;
   j["final_norm"] = c.final_norm;
   j["tie_embeddings"] = c.tie_embeddings;
   j["exit_gate"] = c.exit_gate;
+  j["exit_gate_mode"] = enum_name(c.exit_gate_mode, kExitGateModes);
+  j["exit_gate_threshold"] = c.exit_gate_threshold;
+  j["exit_gate_step"] = c.exit_gate_step;
   j["bos_id"] = c.bos_id ? nlohmann::ordered_json(*c.bos_id) : nlohmann::ordered_json(nullptr);
   j["eos_ids"] = c.eos_ids;
   return j.dump();
@@ -448,8 +480,10 @@ std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelCo
   add_layers(m, c, "pre.", c.n_pre_blocks);
   add_layers(m, c, "loop.", c.n_loop_layers);
   add_layers(m, c, "post.", c.n_post_blocks);
+  if (c.prelude_norm) add_norm(m, c, "prelude_norm");
   if (c.loop_norm) add_norm(m, c, "loop_norm");
   if (c.post_loop_norm == PostLoopNorm::Own) add_norm(m, c, "post_loop_norm");
+  if (c.post_loop_proj) m["post_loop_proj.weight"] = {c.dim, c.dim};
   if (c.final_norm) add_norm(m, c, "final_norm");
   if (!c.tie_embeddings) m["head.weight"] = {c.vocab_size, c.dim};
   if (c.exit_gate) {

@@ -25,6 +25,7 @@ KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t 
                              : std::clamp<int64_t>(capacity, 1, kDefaultBlockRows)),
       tracker_(tracker),
       pool_(std::move(pool)) {
+  draw_.seed = c.init_state_seed;
   if (loops < 1) throw std::invalid_argument("loops must be >= 1, got " + std::to_string(loops));
   if (capacity < 1) throw std::invalid_argument("KV capacity must be >= 1");
   if (extra_slots < 0) throw std::invalid_argument("extra KV slots must be >= 0");
@@ -229,6 +230,7 @@ void KvCache::assign_from(const KvCache& src) {
     for (int64_t b = 0; b < src.n_blocks_; ++b) share_block(src, s, b);
   length_ = src.length_;
   released_ = src.released_;
+  draw_ = src.draw_;
 }
 
 void KvCache::adopt_block(const KvCache& donor, int64_t b) {
@@ -271,6 +273,7 @@ void KvCache::share_prefix(const KvCache& prefix) {
     for (int64_t b = prefix.released_; b < nb; ++b) share_block(prefix, s, b);
   length_ = prefix.length_;
   released_ = prefix.released_;
+  draw_ = prefix.draw_;
 }
 
 void KvCache::write(int64_t slot, const float* k_rows, const float* v_rows, const int64_t* pos,

@@ -66,6 +66,17 @@ struct SlotLayout {
 // beam's parent, a clone) and copied before a write when shared (copy-on-write). With a
 // window, blocks no query can see any more are released as the sequence advances, so a
 // windowed cache holds about window + kWindowSlack positions per slot.
+// The random initial state this sequence's loop starts from (config init_state = "random",
+// model/init_state.h): the generator's seed and a multiplier of init_state_std (0 gives
+// zeros, Huginn's init_scale). It belongs to the sequence, not the model, because the state
+// of position p must be the same whenever p is (re)computed, and a batch may mix sequences
+// drawn with different seeds. A fresh cache takes the config's init_state_seed and scale 1.
+struct StateDraw {
+  uint64_t seed = 0;
+  double scale = 1.0;
+  bool operator==(const StateDraw& o) const { return seed == o.seed && scale == o.scale; }
+};
+
 class KvCache {
  public:
   // Positions a windowed cache keeps beyond its window (speculative rollback truncates into
@@ -103,6 +114,10 @@ class KvCache {
   int64_t block_count() const { return n_blocks_; }  // table entries per slot
   const KvBlockLayout& block_layout() const { return block_; }
   const KvPoolPtr& pool() const { return pool_; }
+  // The sequence's initial-state draw; set before its first forward. Copies and shared
+  // prefixes (clone, assign_from, share_prefix) take the source's draw with its positions.
+  const StateDraw& state_draw() const { return draw_; }
+  void set_state_draw(const StateDraw& d) { draw_ = d; }
   // Positions written so far; the next token goes to this absolute position.
   int64_t length() const { return length_; }
   // Marks n more positions written; with a window, releases blocks no later query can see.
@@ -199,6 +214,7 @@ class KvCache {
   int64_t n_blocks_ = 0;             // table entries per slot: ceil(capacity / block_rows)
   std::vector<Ref> refs_;            // [slots, n_blocks_]
   std::vector<ops::KvBlock> table_;  // [slots, n_blocks_] the blocks' addresses (null: none)
+  StateDraw draw_;
   int64_t length_ = 0;
   int64_t released_ = 0;             // blocks 0 .. released_ - 1 of every slot dropped
 };

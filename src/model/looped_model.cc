@@ -45,10 +45,11 @@ void LoopedModel::prelude(const int32_t* tokens, const RowBatch& b, Workspace& w
     run_layer(cfg_, w_.pre[i], LayerApp::pre(i), x, b, ws);
     if (trace) std::memcpy(trace + (i + 1) * T * D, x, sizeof(float) * T * D);
   }
+  if (cfg_.prelude_norm) apply_norm(cfg_, w_.prelude_norm, x, T, x);
 }
 
-void LoopedModel::initial_state(const float* x, const int64_t* pos, int64_t T, float* s) const {
-  const int64_t n = T * cfg_.dim;
+void LoopedModel::initial_state(const float* x, const RowBatch& b, float* s) const {
+  const int64_t D = cfg_.dim, n = b.T * D;
   switch (cfg_.init_state) {
     case InitState::Input:
       std::memcpy(s, x, sizeof(float) * n);
@@ -57,7 +58,15 @@ void LoopedModel::initial_state(const float* x, const int64_t* pos, int64_t T, f
       std::fill(s, s + n, 0.0f);
       break;
     case InitState::Random:
-      random_initial_state(cfg_.init_state_seed, pos, T, cfg_.dim, cfg_.init_state_std, s);
+      for (const RowGroup& g : b.groups) {
+        const StateDraw& d = g.kv->state_draw();
+        float* sg = s + g.begin * D;  // [g.rows, D]
+        if (d.scale == 0) {
+          std::fill(sg, sg + g.rows * D, 0.0f);  // Huginn's init_scale = 0: the zero state
+        } else {
+          random_initial_state(d.seed, b.pos + g.begin, g.rows, D, cfg_.init_state_std * d.scale, sg);
+        }
+      }
       break;
   }
 }
@@ -90,6 +99,10 @@ void LoopedModel::readout(float* s, const RowBatch& b, Workspace& ws, const int6
                           int64_t n_out, float* logits) const {
   const int64_t D = cfg_.dim, T = b.T;
   if (cfg_.post_loop_norm != PostLoopNorm::None) apply_norm(cfg_, w_.post_loop_norm, s, T, s);
+  if (cfg_.post_loop_proj) {
+    ops::matmul(s, T, w_.post_loop_proj.w, nullptr, ws.proj.data());  // [T, D]; must not alias s
+    std::memcpy(s, ws.proj.data(), sizeof(float) * T * D);
+  }
   for (int64_t k = 0; k < cfg_.n_post_blocks; ++k) run_layer(cfg_, w_.post[k], LayerApp::post(k), s, b, ws);
   if (n_out <= 0) return;
   float* normed = ws.normed.data();  // [n_out, D] the rows that get logits
@@ -132,7 +145,7 @@ void LoopedModel::forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRo
     for (int64_t t = 0; t < n; ++t) pos[t] = kv.length() + t;
     std::vector<float> x(n * D), s(n * D);            // [n, D] loop input, loop state
     prelude(tokens + done, pos.data(), n, kv, ws, x.data());
-    initial_state(x.data(), pos.data(), n, s.data());
+    initial_state(x.data(), RowBatch::one(kv, pos.data(), n), s.data());
     for (int64_t i = 0; i < loops; ++i) iteration(i, s.data(), x.data(), pos.data(), n, kv, ws);
     const bool last_chunk = done + n == T;
     if (rows == LogitRows::All) {

@@ -45,17 +45,19 @@ class LoopedModel {
   // the other rows (batch-invariant kernels), so a row computed in any batch is bit-identical
   // to the same row computed alone.
   //
-  // x[T, D] = pre_blocks(embed[tokens] * embed_scale (+ pos_emb[pos])). Writes pre slots.
+  // x[T, D] = pre_blocks(embed[tokens] * embed_scale (+ pos_emb[pos])), then prelude_norm
+  // when the config has one. Writes pre slots.
   // trace (optional, for score_trajectory): [1 + n_pre_blocks, T, D] receives the embedding,
   // then the output of each pre layer.
   void prelude(const int32_t* tokens, const RowBatch& b, Workspace& ws, float* x,
                float* trace = nullptr) const;
-  // s[T, D] = the loop's initial state for inputs x[T, D] at positions pos[T].
-  void initial_state(const float* x, const int64_t* pos, int64_t T, float* s) const;
+  // s[T, D] = the loop's initial state for inputs x[T, D] at positions b.pos[T]; a random
+  // state is drawn per group with its cache's StateDraw.
+  void initial_state(const float* x, const RowBatch& b, float* s) const;
   // s[T, D] <- iteration `i` (0-based) of the loop: inject x, loop layers, loop norm.
   // Writes each group's slots of iteration i.
   void iteration(int64_t i, float* s, const float* x, const RowBatch& b, Workspace& ws) const;
-  // From the loop state s[T, D] (clobbered): post-loop norm, post blocks (writing the post
+  // From the loop state s[T, D] (clobbered): post-loop norm and projection, post blocks (writing the post
   // slots of every row), then final norm and head for rows out_rows[n_out] only:
   // logits[n_out, V].
   void readout(float* s, const RowBatch& b, Workspace& ws, const int64_t* out_rows,

@@ -52,7 +52,7 @@ void SpecForward::draft_prefix(const int32_t* tokens, const int64_t* pos, int64_
                                float* s) {
   reserve(T);
   m_.prelude(tokens, pos, T, kv_, ws_, x);
-  m_.initial_state(x, pos, T, s);
+  m_.initial_state(x, RowBatch::one(kv_, pos, T), s);
   for (int64_t i = 0; i < d_; ++i) m_.iteration(i, s, x, pos, T, kv_, ws_);
 }
 

@@ -24,6 +24,7 @@
 #include "runtime/early_exit.h"
 #include "runtime/grammar_step.h"
 #include "runtime/sampler.h"
+#include "runtime/state_draw.h"
 
 namespace tinyloop::runtime {
 namespace {
@@ -72,9 +73,11 @@ class LoopedBeamModel : public BeamModel {
     // The recurrence-shared mode is defined by what the cache keeps (as in generate()).
     const bool shared_groups = req.kv_loop_slots > 0 && req.kv_loop_slots < loops;
     cached_ = !e.kv_cache_disabled() || req.early_exit.enabled() || shared_groups;
+    draw_ = resolve_state_draw(c_, req.seed, req.init_scale);  // every beam: one sequence's state
     if (cached_) {
       prefix_ = std::make_unique<model::KvCache>(c_, loops, P, req.cache_window, e.kv_dtype(),
                                                  &e.model().memory(), 0, req.kv_loop_slots);
+      prefix_->set_state_draw(draw_);
       e.model().forward(req.prompt.data(), P, *prefix_, model::LogitRows::Last, prompt_logits_, loops);
       tail_rows_ = std::max<int64_t>(1, req.max_tokens - 1);  // the last token is never decoded
       // One position, every slot, K and V (the blocks round this up by < one block per slot).
@@ -208,6 +211,7 @@ class LoopedBeamModel : public BeamModel {
   void full_forward(const std::vector<int32_t>& seq, std::vector<float>& logits) const {
     const auto T = static_cast<int64_t>(seq.size());
     model::KvCache kv(c_, loops_, T, req_.cache_window, e_.kv_dtype(), &e_.model().memory());
+    kv.set_state_draw(draw_);
     e_.model().forward(seq.data(), T, kv, model::LogitRows::Last, logits, loops_);
   }
 
@@ -216,6 +220,7 @@ class LoopedBeamModel : public BeamModel {
   const GenerateRequest& req_;
   int64_t loops_;
   BeamMemory& mem_;
+  model::StateDraw draw_;
   StepScratch scratch_;
   bool cached_ = true;
   int64_t tail_rows_ = 1;

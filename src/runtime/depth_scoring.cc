@@ -56,9 +56,10 @@ std::vector<float> score_logit_lens(const Engine& e, const std::vector<int32_t>&
 }
 
 Trajectory score_trajectory(const Engine& e, const std::vector<int32_t>& ids,
-                            std::optional<int64_t> loops) {
+                            std::optional<int64_t> loops, const std::optional<model::StateDraw>& draw) {
   const int64_t L = e.resolve_loops(loops);
   auto kv = scoring_cache(e, ids, L);
+  if (draw) kv->set_state_draw(*draw);
   const auto T = static_cast<int64_t>(ids.size());
   const int64_t D = e.config().dim, n_pre = e.config().n_pre_blocks;
   std::vector<float> trace((1 + n_pre) * T * D);  // [1 + n_pre, T, D] embedding, pre outputs

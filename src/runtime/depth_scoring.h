@@ -23,8 +23,10 @@ struct Trajectory {
   std::vector<float> init;        // [T, D] the loop's initial state s0
   std::vector<float> iterations;  // [L, T, D] loop state after each iteration (loop_norm incl.)
 };
+// draw: the initial state's (runtime/state_draw.h); default the file's init_state_seed, scale 1.
 Trajectory score_trajectory(const Engine& e, const std::vector<int32_t>& ids,
-                            std::optional<int64_t> loops);
+                            std::optional<int64_t> loops,
+                            const std::optional<model::StateDraw>& draw = std::nullopt);
 
 struct Uncertainty {
   std::vector<double> kl;             // [T] KL(p_deep || p_shallow) per position, in nats

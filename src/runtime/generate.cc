@@ -3,6 +3,7 @@
 #include "runtime/batch_step.h"
 #include "runtime/decoder.h"
 #include "runtime/grammar_step.h"
+#include "runtime/state_draw.h"
 
 #include <chrono>
 #include <stdexcept>
@@ -25,21 +26,25 @@ class LogitSource {
   // The recurrence-shared mode (loop_slots) is defined by what the cache keeps, so it
   // always keeps one too.
   LogitSource(const Engine& e, int64_t loops, int64_t total_len, int64_t window, bool need_cache,
-              int64_t loop_slots = 0)
-      : e_(e), loops_(loops), window_(window), scratch_(e.model()) {
+              int64_t loop_slots, const model::StateDraw& draw)
+      : e_(e), loops_(loops), window_(window), draw_(draw), scratch_(e.model()) {
     if (loop_slots > 0 && loop_slots < loops) need_cache = true;
-    if (need_cache || !e.kv_cache_disabled())
+    if (need_cache || !e.kv_cache_disabled()) {
       kv_ = e.new_cache(loops, total_len, window, e.kv_dtype(), loop_slots);
+      kv_->set_state_draw(draw);
+    }
   }
   // A sequence whose prompt a caller already put into kv (warm-start resume, prefix cache).
   LogitSource(const Engine& e, int64_t loops, std::unique_ptr<model::KvCache> kv)
-      : e_(e), loops_(loops), window_(kv->window()), kv_(std::move(kv)), scratch_(e.model()) {}
+      : e_(e), loops_(loops), window_(kv->window()), draw_(kv->state_draw()), kv_(std::move(kv)),
+        scratch_(e.model()) {}
 
   // One decode step for ids.back() (the only id not yet in the cache): logits[V] after ids.
   // Returns the iterations it ran (fewer than loops only when early exit stops it).
-  int64_t step(const std::vector<int32_t>& ids, const EarlyExitParams& ee, std::vector<float>& logits) {
+  int64_t step(const std::vector<int32_t>& ids, const EarlyExitParams& ee, const GateExitParams& gate,
+               std::vector<float>& logits) {
     if (!kv_) {  // uncached: the whole sequence through a fresh cache
-      next(ids, static_cast<int64_t>(ids.size()), logits);
+      next(ids, static_cast<int64_t>(ids.size()), gate, logits);
       return loops_;
     }
     std::vector<StepPart> parts(1);
@@ -48,6 +53,7 @@ class LogitSource {
     parts[0].n = 1;
     parts[0].loops = loops_;
     parts[0].early_exit = &ee;
+    parts[0].gate_exit = &gate;
     parts[0].want_logits = true;
     run_step(e_.model(), parts, scratch_);
     logits.swap(parts[0].logits);
@@ -55,12 +61,15 @@ class LogitSource {
   }
   // logits[V] after `ids`, of which the last `n_new` are not yet in the cache (the prompt):
   // one step per chunk the cache allows (LoopedModel::max_chunk), prefill never exits early.
-  void next(const std::vector<int32_t>& ids, int64_t n_new, std::vector<float>& logits) {
+  // The gate picks the last row's logits (all iterations run: prompts never stop early).
+  void next(const std::vector<int32_t>& ids, int64_t n_new, const GateExitParams& gate,
+            std::vector<float>& logits) {
     const int64_t T = static_cast<int64_t>(ids.size());
     std::unique_ptr<model::KvCache> fresh;
     model::KvCache* kv = kv_.get();
     if (!kv) {
       fresh = e_.new_cache(loops_, T, window_, e_.kv_dtype());
+      fresh->set_state_draw(draw_);  // the same state at every re-run of the sequence
       kv = fresh.get();
     }
     for (int64_t done = 0; done < n_new;) {
@@ -71,6 +80,7 @@ class LogitSource {
       parts[0].loops = loops_;
       done += parts[0].n;
       parts[0].want_logits = done == n_new;
+      parts[0].gate_exit = &gate;
       run_step(e_.model(), parts, scratch_);
       if (done == n_new) logits.swap(parts[0].logits);
     }
@@ -79,6 +89,7 @@ class LogitSource {
  private:
   const Engine& e_;
   int64_t loops_, window_;
+  model::StateDraw draw_;  // the sequence's initial-state draw, also for uncached re-runs
   std::unique_ptr<model::KvCache> kv_;
   StepScratch scratch_;
 };
@@ -87,7 +98,7 @@ class LogitSource {
 // the prompt, which `source` already holds. Sampling and stopping: SequenceDecoder.
 GenerateResult decode(const Engine& engine, const GenerateRequest& req, int64_t loops,
                       LogitSource& source, std::vector<float> logits, Clock::time_point t0,
-                      double prefill_ms, const TokenCallback& on_token) {
+                      double prefill_ms, const GateExitParams& gate, const TokenCallback& on_token) {
   SequenceDecoder dec(engine.config(), req);
   GenerateResult res;
   res.prefill_ms = prefill_ms;
@@ -109,7 +120,7 @@ GenerateResult decode(const Engine& engine, const GenerateRequest& req, int64_t 
       break;
     }
     if (why != FinishReason::None) break;
-    depth = source.step(res.tokens, req.early_exit, logits);
+    depth = source.step(res.tokens, req.early_exit, gate, logits);
   }
   res.tokens_emitted = static_cast<int64_t>(dec.emitted().size());
   res.loops_per_token = dec.depths();
@@ -132,6 +143,8 @@ void validate(const Engine& e, const GenerateRequest& r) {
   e.check_length(static_cast<int64_t>(r.prompt.size()), r.max_tokens);
   (void)StopMatcher(r.stop_sequences, e.config().vocab_size);  // throws for a bad sequence
   validate(r.early_exit);
+  (void)resolve_gate(e.config(), r.exit_gate, r.early_exit);  // throws for a bad exit_gate*
+  validate_init_scale(e.config(), r.init_scale);
   if (r.grammar) (void)GrammarCursor(r.grammar, e.config());  // vocabulary set and sized
   if (r.logprobs < -1 || r.logprobs > kMaxTopLogprobs)
     throw std::invalid_argument("logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "] (or none), got " +
@@ -150,11 +163,14 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
   validate(engine, req);
   const int64_t loops = engine.resolve_loops(req.loops);
   const auto t0 = Clock::now();
+  // A gate that stops tokens early needs the cache for its latest rule, as early exit does.
+  const GateExitParams gate = resolve_gate(engine.config(), req.exit_gate, req.early_exit);
   LogitSource source(engine, loops, static_cast<int64_t>(req.prompt.size()) + req.max_tokens,
-                     req.cache_window, req.early_exit.enabled(), req.kv_loop_slots);
+                     req.cache_window, req.early_exit.enabled() || gate.stops_early(), req.kv_loop_slots,
+                     resolve_state_draw(engine.config(), req.seed, req.init_scale));
   std::vector<float> logits;
-  source.next(req.prompt, static_cast<int64_t>(req.prompt.size()), logits);
-  return decode(engine, req, loops, source, std::move(logits), t0, ms_since(t0), on_token);
+  source.next(req.prompt, static_cast<int64_t>(req.prompt.size()), gate, logits);
+  return decode(engine, req, loops, source, std::move(logits), t0, ms_since(t0), gate, on_token);
 }
 
 GenerateResult generate_after_prefill(const Engine& engine, const GenerateRequest& req, int64_t loops,
@@ -169,7 +185,10 @@ GenerateResult generate_after_prefill(const Engine& engine, const GenerateReques
         "built with one slot group per iteration, and a prefix computed apart from its suffix "
         "would hold other shared-group K/V than generate() computes)");
   LogitSource source(engine, loops, std::move(kv));
-  return decode(engine, req, loops, source, std::move(logits), start, prefill_ms, on_token);
+  // The prompt's logits came from elsewhere without the exit gate, so decoding runs without
+  // it too (docs/loop-depth.md, "Exit gate": resume and prefix caches are full depth).
+  return decode(engine, req, loops, source, std::move(logits), start, prefill_ms, GateExitParams{},
+                on_token);
 }
 
 }  // namespace tinyloop::runtime

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/early_exit.h"
+#include "runtime/gate_exit.h"
 #include "grammar/grammar.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
@@ -28,10 +29,15 @@ struct GenerateRequest {
   std::optional<uint64_t> seed;  // none = fresh entropy
   bool stop_at_eos = true;       // the config's eos_ids end generation (kept in the output)
   EarlyExitParams early_exit;    // decode-time early exit; disabled by default
+  // Ouro's exit gate (runtime/gate_exit.h): unset fields take the model file's config.
+  GateExitRequest exit_gate;
   std::shared_ptr<const grammar::Grammar> grammar;  // constrained decoding; null = none
   // >= 0: every emitted token carries its log-probability and this many top alternatives
   // (at most kMaxTopLogprobs; SequenceDecoder::logprobs()); -1 = none (no cost).
   int logprobs = -1;
+  // Multiplier of a random initial state's std (Huginn's init_scale; 0 = the zero state);
+  // must stay 1 on other models. runtime/state_draw.h.
+  double init_scale = 1.0;
 };
 
 // Why a sequence stopped. None while it runs.

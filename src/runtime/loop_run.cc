@@ -19,7 +19,7 @@ LoopRun::LoopRun(const model::LoopedModel& m, model::KvCache& kv, const int32_t*
   s_.resize(T * D);
   reserve();
   m.prelude(tokens, pos_.data(), T, kv, ws_, x_.data(), trace);
-  m.initial_state(x_.data(), pos_.data(), T, s_.data());
+  m.initial_state(x_.data(), model::RowBatch::one(kv, pos_.data(), T), s_.data());
 }
 
 LoopRun::LoopRun(const model::LoopedModel& m, model::KvCache& kv, int64_t start,

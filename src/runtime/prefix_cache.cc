@@ -57,6 +57,10 @@ GenerateResult PrefixCache::generate(const std::vector<int32_t>& suffix, Generat
   req.prompt = prefix_;
   req.prompt.insert(req.prompt.end(), suffix.begin(), suffix.end());
   validate(e, req);
+  if (req.init_scale != kv_->state_draw().scale)
+    throw std::invalid_argument(
+        "init_scale cannot change the initial state of a prefix cache's positions (they were "
+        "computed when the cache was built); leave it at 1");
 
   const auto t0 = std::chrono::steady_clock::now();
   const auto S = static_cast<int64_t>(suffix.size());

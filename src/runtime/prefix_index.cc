@@ -1,6 +1,7 @@
 #include "runtime/prefix_index.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace tinyloop::runtime {
 namespace {
@@ -21,7 +22,11 @@ bool PrefixIndex::eligible(const Sequence& s) {
 }
 
 uint64_t PrefixIndex::key_of(const Sequence& s) {
-  return mix(mix(uint64_t(s.loops)) ^ uint64_t(s.req.cache_window));
+  // The initial-state draw shapes every K/V of a random-state model (a Huginn call's own
+  // seed); for other models it is the same constant in every request.
+  uint64_t scale_bits;
+  std::memcpy(&scale_bits, &s.draw.scale, sizeof scale_bits);
+  return mix(mix(mix(mix(uint64_t(s.loops)) ^ uint64_t(s.req.cache_window)) ^ s.draw.seed) ^ scale_bits);
 }
 
 uint64_t PrefixIndex::chain(uint64_t prev, const int32_t* tokens, int64_t n, uint64_t key) {

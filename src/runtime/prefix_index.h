@@ -5,9 +5,10 @@
 // the rest of its prompt.
 //
 // Exact, not approximate: the K/V of positions 0 .. n-1 depend only on tokens 0 .. n-1,
-// the loop depth and the window (the kernels are batch-invariant, prefill never exits
+// the loop depth, the window and the initial-state draw (the kernels are batch-invariant, prefill never exits
 // early), so a shared block holds exactly the bits the request would compute. The key of a
-// block is therefore (its tokens, every earlier token, loops, cache_window); sequences with
+// block is therefore (its tokens, every earlier token, loops, cache_window, the draw's
+// seed and scale: runtime/state_draw.h); sequences with
 // recurrence-shared slot groups never share (chunking changes their K/V), and the KV mode
 // is the engine's own. At least the prompt's last token is always computed, for its logits.
 //

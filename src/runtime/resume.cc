@@ -6,6 +6,7 @@
 #include <string>
 
 #include "runtime/loop_run.h"
+#include "runtime/state_draw.h"
 
 namespace tinyloop::runtime {
 
@@ -28,6 +29,8 @@ std::shared_ptr<const ResumeHandle> ResumeHandle::build(std::shared_ptr<const En
 
   auto h = std::shared_ptr<ResumeHandle>(new ResumeHandle());
   h->kv_ = e.new_cache(max_L, T + max_tokens, 0, e.kv_dtype());
+  // A per-call random state (Huginn) is drawn now, once: every resume continues this state.
+  h->kv_->set_state_draw(resolve_state_draw(e.config(), std::nullopt, 1.0));
   // The first L1 iterations exactly as generate's prefill runs them; no readout yet (the
   // post slots are written by each resume at its own depth).
   LoopRun run(e.model(), *h->kv_, prompt.data(), T);
@@ -63,6 +66,10 @@ GenerateResult ResumeHandle::resume(GenerateRequest req, const TokenCallback& on
   if (req.cache_window != 0)
     throw std::invalid_argument("cache_window must be 0 for resume_generate (the handle's cache is full-length)");
   validate(e, req);
+  if (req.init_scale != kv_->state_draw().scale)
+    throw std::invalid_argument(
+        "init_scale cannot change the initial state of a resume handle's prompt (drawn when "
+        "the handle was made); leave it at 1");
 
   const auto t0 = std::chrono::steady_clock::now();
   auto kv = kv_->clone();  // the handle stays untouched for other resumes

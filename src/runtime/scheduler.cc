@@ -66,6 +66,7 @@ void Scheduler::ensure_cache(Sequence& s) {
     s.kv = std::make_unique<model::KvCache>(e_.config(), s.loops, s.prompt_len() + s.req.max_tokens,
                                             s.req.cache_window, e_.kv_dtype(), &e_.model().memory(), 0,
                                             s.req.kv_loop_slots, pool_);
+  s.kv->set_state_draw(s.draw);
   if (opts_.prefix_caching && s.computed() == 0) index_.adopt(s);
 }
 
@@ -100,20 +101,23 @@ PlannedPart Scheduler::next_part(Sequence& s, int64_t budget, bool first) const 
     }
     p.n = n;
     p.want_logits = c + n == total;
+    p.gate_exit = p.want_logits;
     return p;
   }
   if (c == total - 1) {  // the last emitted token: a decode row
     p.n = 1;
     p.early_exit = s.req.early_exit.enabled();
+    p.gate_exit = true;
     p.want_logits = true;
     return p;
   }
   // A replay of emitted tokens after preemption. Rows that ran at full depth in one
   // forward regardless of their batch can go in chunks; with early exit or shared groups
   // each row replays alone at the depth it ran (the depth behind the next token).
-  if (!s.req.early_exit.enabled() && !shared_groups(s)) {
+  if (!s.req.early_exit.enabled() && !s.gate.stops_early() && !shared_groups(s)) {
     p.n = std::min(total - c, chunk);
     p.want_logits = c + p.n == total;
+    p.gate_exit = p.want_logits;
     return p;
   }
   p.n = 1;

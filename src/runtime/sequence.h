@@ -13,6 +13,7 @@
 #include "model/kv_cache.h"
 #include "runtime/decoder.h"
 #include "runtime/generate.h"
+#include "runtime/state_draw.h"
 
 namespace tinyloop::runtime {
 
@@ -48,7 +49,9 @@ struct Sequence {
   Sequence(uint64_t id_, GenerateRequest r, int64_t loops_, const ModelConfig& c,
            std::shared_ptr<RequestSink> s)
       : id(id_), req(std::move(r)), loops(loops_), tokens(req.prompt), decoder(c, req),
-        sink(std::move(s)), arrival(SteadyClock::now()) {}
+        draw(resolve_state_draw(c, req.seed, req.init_scale)),
+        gate(resolve_gate(c, req.exit_gate, req.early_exit)), sink(std::move(s)),
+        arrival(SteadyClock::now()) {}
 
   uint64_t id;
   GenerateRequest req;                 // validated
@@ -56,6 +59,8 @@ struct Sequence {
   std::vector<int32_t> tokens;         // prompt + emitted
   std::unique_ptr<model::KvCache> kv;  // null until first scheduled (and after preemption)
   SequenceDecoder decoder;
+  model::StateDraw draw;               // its initial state, the same after preemption
+  GateExitParams gate;                 // the exit gate's rule (req's kwargs over the file's)
   std::shared_ptr<RequestSink> sink;
   SteadyClock::time_point arrival, scheduled{}, first_token{};
   SteadyClock::time_point deadline = SteadyClock::time_point::max();

@@ -1,4 +1,5 @@
 #include "runtime/spec_common.h"
+#include "runtime/state_draw.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -63,9 +64,12 @@ std::unique_ptr<model::KvCache> new_spec_cache(const Engine& e, const Speculativ
                                 " with cache_window");
   // Drafts never run past max_tokens (the scratch depth is min(draft_ahead, max_tokens)), so
   // a huge draft_ahead adds no capacity (and cannot wrap the sum).
-  return std::make_unique<model::KvCache>(e.config(), r.verify_loops, total + std::min(r.draft_ahead, r.max_tokens) + 2,
-                                          r.cache_window, e.kv_dtype(), &e.model().memory(),
-                                          e.config().n_post_blocks);
+  auto kv = std::make_unique<model::KvCache>(e.config(), r.verify_loops, total + std::min(r.draft_ahead, r.max_tokens) + 2,
+                                             r.cache_window, e.kv_dtype(), &e.model().memory(),
+                                             e.config().n_post_blocks);
+  // Draft and verify rows of a position start from the same state: one draw per call.
+  kv->set_state_draw(resolve_state_draw(e.config(), r.seed, 1.0));
+  return kv;
 }
 
 namespace {
