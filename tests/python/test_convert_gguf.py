@@ -285,6 +285,27 @@ def test_rope_scaling_is_refused(tmp_path):
     _refused(tmp_path, src, r"'llama.rope.scaling.type' = 'linear'")
 
 
+@pytest.mark.parametrize("key, kind, value", [
+    ("llama.attention.clamp_kqv", "float32", 8.0),         # changes attention: unknown, refused
+    ("llama.rope.scaling.attn_factor", "float32", 1.5),
+    ("falcon.attention.head_count", "uint32", 4),          # another architecture's namespace
+    ("mytool.logit_scale", "float32", 2.0),                # an unknown namespace
+])
+def test_unknown_metadata_is_refused(tmp_path, key, kind, value):
+    """No silent acceptance: metadata the importer does not read is refused by name."""
+    src = str(tmp_path / "m.gguf")
+    write_gguf(src, meta_extra={key: (kind, value)})
+    _refused(tmp_path, src, rf"GGUF metadata '{key}' is not understood")
+
+
+def test_descriptive_metadata_is_accepted(tmp_path):
+    src = str(tmp_path / "m.gguf")
+    write_gguf(src, meta_extra={"general.license": ("string", "apache-2.0"),
+                                "quantize.imatrix.file": ("string", "imatrix.dat"),
+                                "llama.expert_used_count": ("uint32", 0)})
+    convert(src, str(tmp_path / "m.tinyloop"), progress=False)
+
+
 def test_not_a_gguf_is_refused(tmp_path):
     src = tmp_path / "m.gguf"
     src.write_bytes(b"GGUX" + b"\0" * 100)

@@ -343,6 +343,33 @@ def test_huginn_unsupported_injection_is_refused(tmp_path):
     _refused(tmp_path, folder, r"config field 'injection_type' = 'add' is not supported")
 
 
+@pytest.mark.parametrize("key, value", [("partial_rotary_factor", 0.5), ("logit_scale", 2.0),
+                                        ("attn_logit_softcapping", 30.0)])
+def test_llama_unknown_config_key_is_refused(tmp_path, key, value):
+    """No silent acceptance: a key the converter does not know may change outputs."""
+    folder = _llama_folder(tmp_path, {key: value})
+    _refused(tmp_path, folder, rf"config key '{key}' is not understood by the Llama converter")
+
+
+def test_llama_ignorable_config_keys_are_accepted(tmp_path):
+    folder = _llama_folder(tmp_path, {"torch_dtype": "bfloat16", "_name_or_path": "x/y",
+                                      "initializer_range": 0.02, "use_cache": True,
+                                      "rope_interleaved": False, "is_llama_config": True})
+    convert(folder, str(tmp_path / "m.tinyloop"), progress=False)
+
+
+@pytest.mark.parametrize("extra, match", [
+    ({"center_attn": True}, r"config key 'center_attn' is not understood by the Huginn converter"),
+    ({"rope_settings": {"use_rope": False}}, r"'rope_settings.use_rope' = False"),
+    ({"rope_settings": {"rope_scale": 2}}, r"config key 'rope_settings.rope_scale' is not understood"),
+    ({"init_values": {"embed_scale": 1.0}}, r"'init_values.embed_scale' = 1.0 differs"),
+])
+def test_huginn_unknown_or_unsupported_config_is_refused(tmp_path, extra, match):
+    folder = write_hf_folder(tmp_path / "hf", {**HUGINN, **extra},
+                             huginn_tensors(HUGINN, np.random.default_rng(0)))
+    _refused(tmp_path, folder, match)
+
+
 def test_ouro_sliding_window_is_refused(tmp_path):
     c = {**OURO, "layer_types": ["full_attention", "sliding_attention"]}
     folder = write_hf_folder(tmp_path / "hf", c, ouro_tensors(OURO, np.random.default_rng(0)))

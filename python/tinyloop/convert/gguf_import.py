@@ -97,7 +97,39 @@ def _float(reader, src: str, key: str, default: float) -> float:
     return float(v)
 
 
+# llama.* metadata plan_gguf reads, or refuses by value (docs/convert.md).
+_LLAMA_KEYS = frozenset({
+    "block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+    "attention.head_count_kv", "attention.key_length", "attention.value_length",
+    "rope.dimension_count", "vocab_size", "context_length", "attention.layer_norm_rms_epsilon",
+    "rope.freq_base", "rope.scaling.type", "rope.scaling.factor", "expert_count"})
+# expert_used_count only matters with experts (refused); original_context_length only with
+# RoPE scaling (refused).
+_LLAMA_IGNORABLE = frozenset({"expert_used_count", "rope.scaling.original_context_length"})
+# Namespaces that describe the file, not the function: the reader's own fields, general.*
+# (name, file type, license, ...), tokenizer.* (read by tinyloop.gguf_tokenizer, which
+# checks what it uses), llama-quantize's quantize.* notes and split.* (a split file is
+# refused by its missing tensors).
+_IGNORABLE_PREFIXES = ("GGUF.", "general.", "tokenizer.", "quantize.", "split.")
+
+
+def _check_metadata_keys(reader, src: str, arch: str) -> None:
+    """No silent acceptance: a metadata key that is neither read nor known to be harmless
+    (e.g. llama.attention.clamp_kqv, llama.rope.scaling.attn_factor) is refused by name."""
+    for key in reader.fields:
+        if key.startswith(_IGNORABLE_PREFIXES):
+            continue
+        sub = key[len(arch) + 1:] if key.startswith(arch + ".") else None
+        if sub is not None and (sub in _LLAMA_KEYS or sub in _LLAMA_IGNORABLE):
+            continue
+        raise ValueError(f"{src}: GGUF metadata '{key}' is not understood by the GGUF {arch} "
+                         f"importer and could change the model's outputs; refusing rather "
+                         f"than converting a model that may not match llama.cpp's "
+                         f"(docs/convert.md lists the keys it honours)")
+
+
 def _refuse_metadata(reader, src: str, arch: str) -> None:
+    _check_metadata_keys(reader, src, arch)
     scaling = _field(reader, f"{arch}.rope.scaling.type")
     if scaling not in (None, "none"):
         raise ValueError(f"{src}: GGUF metadata '{arch}.rope.scaling.type' = {scaling!r}: "

@@ -17,8 +17,10 @@ attn.proj, mlp.fc, mlp.proj}.weight, transformer.{wte,adapter,ln_f}.weight, lm_h
 qk_bias becomes the fused wqkv bias with a zero v part. The random initial state keeps
 Huginn's distribution (truncated normal, std init_values.std * sqrt(n_embd), cut at 3
 std) but draws from the engine's counter-based generator (docs/model-format.md), not from
-torch's RNG, so it is not the same sample; `state_init: zero` (Huginn's init_scale = 0,
-the deterministic mode its authors compare with) maps to init_state zeros exactly.
+torch's RNG, so it is not the same sample. As the reference draws a fresh state per forward,
+the file says init_state_per_call: generate draws it from the call's seed (fresh entropy
+without one), and init_scale (0 = the zero state) is a call argument as in the reference.
+`state_init: zero` maps to init_state zeros exactly.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import math
 import numpy as np
 
 from .common import Job, Plan
+from .config_keys import check_config_keys
 from .hf_folder import HFFolder, config_float, config_int
 from .hf_llama import copy_job
 
@@ -43,7 +46,24 @@ _FIXED = {
 }
 
 
+# Keys plan_huginn reads, or refuses by value (docs/convert.md).
+HUGINN_UNDERSTOOD = frozenset(_FIXED) | {
+    "n_embd", "hidden_size", "num_attention_heads", "n_heads", "num_key_value_heads", "head_dim",
+    "intermediate_size", "padded_vocab_size", "vocab_size", "n_layers_in_prelude",
+    "n_layers_in_recurrent_block", "n_layers_in_coda", "tie_embeddings", "tie_word_embeddings",
+    "qk_bias", "rope_base", "rope_settings", "mean_recurrence", "block_size", "norm_eps",
+    "state_init", "init_values", "test_time_noise"}
+# Training-time settings (the iteration sampler, truncated backprop, init schemes,
+# checkpointing) and derived counts: the inference forward never reads them.
+# test_time_noise_type only matters with test_time_noise > 0, which is refused.
+HUGINN_IGNORABLE = frozenset({
+    "n_layers", "padding_multiple", "init_strategy", "init_orthogonal", "sampling_scheme",
+    "mean_backprop_depth", "activation_checkpoint_impl", "effective_expected_depth",
+    "architecture_class_name", "test_time_noise_type", "attn_impl"})
+
+
 def _refuse(c: dict, src: str) -> None:
+    check_config_keys(c, src, "Huginn", HUGINN_UNDERSTOOD, HUGINN_IGNORABLE)
     for key, want in _FIXED.items():
         if key in c and c[key] != want:
             raise ValueError(f"{src}: config field '{key}' = {c[key]!r} is not supported "
@@ -51,9 +71,17 @@ def _refuse(c: dict, src: str) -> None:
     if c.get("test_time_noise", 0) not in (0, 0.0, None):
         raise ValueError(f"{src}: config field 'test_time_noise' = {c['test_time_noise']!r} "
                          f"is not supported (only 0)")
-    if c.get("rope_settings", {}).get("rope_condense_ratio", 1) != 1:
+    rope = c.get("rope_settings") or {}
+    if rope.get("rope_condense_ratio", 1) != 1:
         raise ValueError(f"{src}: config field 'rope_settings.rope_condense_ratio' is not "
                          f"supported (only 1)")
+    if rope.get("use_rope", True) is not True:
+        raise ValueError(f"{src}: config field 'rope_settings.use_rope' = {rope['use_rope']!r} "
+                         f"is not supported (only true)")
+    unknown = sorted(set(rope) - {"rope_condense_ratio", "use_rope", "rope_base"})
+    if unknown:
+        raise ValueError(f"{src}: config key 'rope_settings.{unknown[0]}' is not understood by "
+                         f"the Huginn converter and could change the model's outputs")
 
 
 def _init_state(c: dict, src: str, D: int, embed_scale: float) -> dict:
@@ -65,8 +93,9 @@ def _init_state(c: dict, src: str, D: int, embed_scale: float) -> dict:
                          f"(like-init or zero)")
     iv = c.get("init_values") or {}
     std = float(iv.get("std", math.sqrt(2.0 / (5.0 * D))))
-    # initialize_state: trunc_normal(std) * emb_scale
-    return dict(init_state="random", init_state_std=std * embed_scale, init_state_seed=0)
+    # initialize_state: trunc_normal(std * init_scale) * emb_scale, redrawn every forward
+    return dict(init_state="random", init_state_std=std * embed_scale, init_state_seed=0,
+                init_state_per_call=True)
 
 
 def _qk_bias_job(hf: str, tl: str, H: int, hd: int) -> Job:
@@ -122,7 +151,13 @@ def plan_huginn(folder: HFFolder) -> Plan:
     n_post = config_int(c, src, "n_layers_in_coda")
     tied = bool(c.get("tie_embeddings", c.get("tie_word_embeddings", True)))
     qk_bias = bool(c.get("qk_bias", False))
-    embed_scale = math.sqrt(D)  # _init_func: embed_scale = sqrt(n_embd), always
+    embed_scale = math.sqrt(D)  # _init_func: embed_scale = sqrt(n_embd)
+    # init_values.embed_scale: whether the modeling code reads a stored value or recomputes
+    # sqrt(n_embd) could not be established, so only the value both readings agree on passes.
+    stored = (c.get("init_values") or {}).get("embed_scale")
+    if stored is not None and not math.isclose(float(stored), embed_scale, rel_tol=1e-6):
+        raise ValueError(f"{src}: config field 'init_values.embed_scale' = {stored!r} differs "
+                         f"from sqrt(n_embd) = {embed_scale:.6g}: not supported")
     theta = c.get("rope_base", (c.get("rope_settings") or {}).get("rope_base", 50000.0))
     config = dict(
         dim=D, vocab_size=V, n_heads=H, n_kv_heads=H, head_dim=hd, ffn_dim=F,

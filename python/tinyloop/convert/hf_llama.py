@@ -15,6 +15,7 @@ lm_head.weight -> head (absent when tie_word_embeddings).
 from __future__ import annotations
 
 from .common import Job, Plan
+from .config_keys import check_config_keys
 from .hf_folder import HFFolder, config_float, config_int
 
 __all__ = ["plan_llama", "llama_dims", "copy_job", "attention_jobs", "mlp_jobs", "rope_theta",
@@ -101,8 +102,22 @@ def llama_dims(c: dict, src: str) -> tuple[int, int, int, int, int, int, int]:
     return D, H, KVH, hd, F, N, V
 
 
+# Keys plan_llama reads, or refuses by value (docs/convert.md).
+LLAMA_UNDERSTOOD = frozenset({
+    "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
+    "num_hidden_layers", "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+    "rope_scaling", "rope_parameters", "hidden_act", "attention_bias", "mlp_bias",
+    "tie_word_embeddings", "sliding_window", "use_sliding_window"})
+# Keys that cannot change what a Llama checkpoint computes in transformers' LlamaForCausalLM:
+# SmolLM2's nanotron leftovers (`is_llama_config`, `rope_interleaved`, which transformers'
+# Llama never reads: it always rotates halves) and generation-only settings.
+LLAMA_IGNORABLE = frozenset({"is_llama_config", "rope_interleaved",
+                             "num_logits_to_keep", "tokenizer_class"})
+
+
 def plan_llama(folder: HFFolder) -> Plan:
     c, src = folder.config, folder.path
+    check_config_keys(c, src, "Llama", LLAMA_UNDERSTOOD, LLAMA_IGNORABLE)
     _refuse_flags(c, src)
     D, H, KVH, hd, F, N, V = llama_dims(c, src)
     if N < 1:
