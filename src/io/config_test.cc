@@ -52,6 +52,7 @@ TEST(ParseConfig, DefaultsFollowTheDocTable) {
   EXPECT_FALSE(c.attn_qkv_bias);
   EXPECT_FALSE(c.attn_out_bias);
   EXPECT_FALSE(c.mlp_bias);
+  EXPECT_FALSE(c.qk_norm);
   EXPECT_EQ(c.pos_encoding, PosEncoding::RopeHalf);
   EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
   EXPECT_EQ(c.mlp, MlpType::SwiGLU);
@@ -59,9 +60,11 @@ TEST(ParseConfig, DefaultsFollowTheDocTable) {
   EXPECT_EQ(c.init_state, InitState::Input);
   EXPECT_DOUBLE_EQ(c.init_state_std, 0.0);
   EXPECT_EQ(c.init_state_seed, 0u);
+  EXPECT_FALSE(c.prelude_norm);
   EXPECT_EQ(c.inject, Inject::None);
   EXPECT_FALSE(c.loop_norm);
   EXPECT_EQ(c.post_loop_norm, PostLoopNorm::None);
+  EXPECT_FALSE(c.post_loop_proj);
   EXPECT_TRUE(c.final_norm);
   EXPECT_FALSE(c.tie_embeddings);
   EXPECT_FALSE(c.exit_gate);
@@ -104,6 +107,10 @@ TEST(ParseConfig, RoundTripsThroughConfigToJson) {
   j["bos_id"] = 1;
   j["eos_ids"] = {2, 15};
   j["exit_gate"] = true;
+  j["mlp"] = "relu2";
+  j["qk_norm"] = true;
+  j["prelude_norm"] = true;
+  j["post_loop_proj"] = true;
   const ModelConfig a = parse_config(j.dump());
   const ModelConfig b = parse_config(config_to_json(a));
   EXPECT_EQ(config_to_json(a), config_to_json(b));
@@ -112,11 +119,13 @@ TEST(ParseConfig, RoundTripsThroughConfigToJson) {
   EXPECT_EQ(b.eos_ids, (std::vector<int64_t>{2, 15}));
   EXPECT_DOUBLE_EQ(b.embed_scale, 2.8284271247461903);
   EXPECT_EQ(b.norm_placement, NormPlacement::OuroSandwich);
+  EXPECT_EQ(b.mlp, MlpType::ReLU2);
+  EXPECT_TRUE(b.qk_norm && b.prelude_norm && b.post_loop_proj);
 }
 
 TEST(ParseConfig, ConfigToJsonWritesEveryField) {
   const json j = json::parse(config_to_json(parse_config(minimal().dump())));
-  EXPECT_EQ(j.size(), 34u);
+  EXPECT_EQ(j.size(), 41u);
   EXPECT_TRUE(j.at("bos_id").is_null());
   EXPECT_EQ(j.at("norm_type"), "rmsnorm");
 }
@@ -292,6 +301,26 @@ TEST(ExpectedShapes, GeluHasNoGate) {
   const auto m = expected_tensor_shapes(c);
   EXPECT_FALSE(m.count("loop.0.mlp.w_gate.weight"));
   EXPECT_TRUE(m.count("loop.0.mlp.w_up.weight"));
+}
+
+TEST(ExpectedShapes, Relu2HasNoGate) {
+  ModelConfig c = base();
+  c.mlp = MlpType::ReLU2;
+  const auto m = expected_tensor_shapes(c);
+  EXPECT_FALSE(m.count("loop.0.mlp.w_gate.weight"));
+  EXPECT_TRUE(m.count("loop.0.mlp.w_up.weight"));
+}
+
+TEST(ExpectedShapes, PreludeNormAndPostLoopProj) {
+  ModelConfig c = base();
+  c.prelude_norm = true;
+  c.post_loop_proj = true;
+  c.qk_norm = true;  // weightless: adds no tensor
+  const auto m = expected_tensor_shapes(c);
+  EXPECT_EQ(m.at("prelude_norm.weight"), (Shape{8}));
+  EXPECT_EQ(m.at("post_loop_proj.weight"), (Shape{8, 8}));
+  EXPECT_FALSE(m.count("post_loop_proj.bias"));
+  EXPECT_EQ(m.size(), expected_tensor_shapes(base()).size() + 2);
 }
 
 TEST(ExpectedShapes, GlobalOptionalTensors) {

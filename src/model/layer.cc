@@ -43,6 +43,15 @@ void rope_rows(const ModelConfig& c, float* x, int64_t T, int64_t n_heads, const
   ops::rope(x, T, n_heads, c.head_dim, pos, static_cast<float>(c.rope_theta), layout);
 }
 
+// RoPE, then with qk_norm each head's vector divided by its RMS (no weight: a weight of
+// ones, which rounds nothing). x [T, n_heads * head_dim], in place.
+void position_qk(const ModelConfig& c, float* x, int64_t T, int64_t n_heads, const int64_t* pos) {
+  rope_rows(c, x, T, n_heads, pos);
+  if (!c.qk_norm) return;
+  const std::vector<float> ones(static_cast<size_t>(c.head_dim), 1.0f);  // [hd]
+  ops::rmsnorm(x, T * n_heads, c.head_dim, ones.data(), kQkNormEps, x);
+}
+
 // Store-h attention (docs/kv-cache.md): the slot keeps the normed input h of every position;
 // K/V of the visible positions are rebuilt from the stored (rounded) h rows with this
 // layer's own projection (+ bias, RoPE at each key's position) and attended as a float32
@@ -80,7 +89,7 @@ void attend_store_h(const ModelConfig& c, const LayerWeights& L, int64_t slot, c
     linear(L.wk, h.data(), n, k.data());
     linear(L.wv, h.data(), n, v.data());
   }
-  rope_rows(c, k.data(), n, c.n_kv_heads, kpos.data());
+  position_qk(c, k.data(), n, c.n_kv_heads, kpos.data());
   ops::KvView view;
   view.dtype = ops::KvDType::F32;
   view.k = k.data();
@@ -96,14 +105,14 @@ void attention_sublayer(const ModelConfig& c, const LayerWeights& L, const Layer
                         const float* x, const RowBatch& b, Workspace& ws) {
   const int64_t T = b.T, qw = q_width(c), kw = kv_width(c);
   project_qkv(c, L, x, T, ws);
-  rope_rows(c, ws.q.data(), T, c.n_heads, b.pos);
+  position_qk(c, ws.q.data(), T, c.n_heads, b.pos);
   if (ws.router) {
     if (b.groups.size() != 1) throw std::logic_error("an attention router serves one sequence");
     KvCache& kv = b.only();
     if (ops::is_store_h(kv.dtype()))
       throw std::invalid_argument(
           "store-h kv_mode (h_fp16, h_int8, h_int4) does not support speculative decoding yet");
-    rope_rows(c, ws.k.data(), T, c.n_kv_heads, b.pos);
+    position_qk(c, ws.k.data(), T, c.n_kv_heads, b.pos);
     ws.router->attend(c, kv.layout().of(app), ws.q.data(), ws.k.data(), ws.v.data(), b.pos, T,
                       kv, ws.k_lo.data(), ws.attn.data());
   } else if (ops::is_store_h(b.groups.front().kv->dtype())) {
@@ -112,7 +121,7 @@ void attention_sublayer(const ModelConfig& c, const LayerWeights& L, const Layer
                      b.pos + g.begin, g.rows, *g.kv, ws.k_lo.data() + g.begin,
                      ws.attn.data() + g.begin * qw);
   } else {
-    rope_rows(c, ws.k.data(), T, c.n_kv_heads, b.pos);
+    position_qk(c, ws.k.data(), T, c.n_kv_heads, b.pos);
     // Each sequence's rows into its own slot, then one attention call over every sequence.
     std::vector<ops::KvRowGroup> views(b.groups.size());
     for (size_t i = 0; i < b.groups.size(); ++i) {
@@ -128,7 +137,8 @@ void attention_sublayer(const ModelConfig& c, const LayerWeights& L, const Layer
   linear(L.wo, ws.attn.data(), T, ws.proj.data());
 }
 
-// ws.proj[T, D] = MLP sublayer output (before the residual) of normed input x.
+// ws.proj[T, D] = MLP sublayer output (before the residual) of normed input x:
+//   swiglu: down(silu(gate x) * up x)   gelu*: down(gelu(up x))   relu2: down(max(up x, 0)^2)
 void mlp_sublayer(const ModelConfig& c, const LayerWeights& L, const float* x, int64_t T,
                   Workspace& ws) {
   const int64_t n = T * c.ffn_dim;
@@ -136,6 +146,8 @@ void mlp_sublayer(const ModelConfig& c, const LayerWeights& L, const float* x, i
   if (c.mlp == MlpType::SwiGLU) {
     linear(L.w_gate, x, T, ws.gate.data());
     ops::silu_mul(ws.gate.data(), ws.up.data(), n, ws.up.data());
+  } else if (c.mlp == MlpType::ReLU2) {
+    ops::relu_square(ws.up.data(), n);
   } else {
     ops::gelu(ws.up.data(), n, c.mlp == MlpType::GELUTanh);
   }

@@ -103,10 +103,12 @@ ModelWeights bind_weights(const ModelFile& f) {
   for (int64_t i = 0; i < c.n_pre_blocks; ++i) w.pre.push_back(layer(f, c, "pre." + std::to_string(i) + "."));
   for (int64_t i = 0; i < c.n_loop_layers; ++i) w.loop.push_back(layer(f, c, "loop." + std::to_string(i) + "."));
   for (int64_t i = 0; i < c.n_post_blocks; ++i) w.post.push_back(layer(f, c, "post." + std::to_string(i) + "."));
+  if (c.prelude_norm) w.prelude_norm = norm(f, "prelude_norm", c.norm_bias);
   if (c.loop_norm) w.loop_norm = norm(f, "loop_norm", c.norm_bias);
   if (c.final_norm) w.final_norm = norm(f, "final_norm", c.norm_bias);
   if (c.post_loop_norm == PostLoopNorm::Own) w.post_loop_norm = norm(f, "post_loop_norm", c.norm_bias);
   if (c.post_loop_norm == PostLoopNorm::Final) w.post_loop_norm = w.final_norm;
+  if (c.post_loop_proj) w.post_loop_proj = linear(f, "post_loop_proj", false);
   w.head = c.tie_embeddings ? w.embed : matrix(f, "head.weight");
   if (c.exit_gate) w.exit_gate = linear(f, "exit_gate", true);
   for (const auto& [name, t] : f.tensors()) w.bytes += t.nbytes;
@@ -122,6 +124,7 @@ std::vector<ops::WeightView*> matmul_views(ModelWeights& w) {
     for (LayerWeights& L : *layers)
       for (Linear* l : {&L.wqkv, &L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) v.push_back(&l->w);
   v.push_back(&w.inject.w);
+  v.push_back(&w.post_loop_proj.w);
   v.push_back(&w.exit_gate.w);
   v.push_back(&w.head);
   return v;

@@ -43,7 +43,8 @@ struct ModelWeights {
   ops::WeightView pos_emb;     // [max_seq_len, D] (learned positions)
   Linear inject;               // [D, 2D] (linear_concat)
   std::vector<LayerWeights> pre, loop, post;
-  NormWeights loop_norm, post_loop_norm, final_norm;
+  NormWeights prelude_norm, loop_norm, post_loop_norm, final_norm;
+  Linear post_loop_proj;       // [D, D] (post_loop_proj)
   ops::WeightView head;        // [V, D] (embed when tied)
   Linear exit_gate;            // [1, D] + bias [1]
   uint64_t bytes = 0;          // total bytes of all tensors of the file

@@ -35,6 +35,15 @@ void gelu(float* x, int64_t n, bool tanh_approx) {
   }
 }
 
+// x [n], in place.
+void relu_square(float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = x[i] > 0.f ? x[i] : 0.f;
+    x[i] = r * r;
+  }
+}
+
 // a [n], b [n], y [n] (y may be a or b).
 void add(const float* a, const float* b, int64_t n, float* y) {
 #pragma omp simd

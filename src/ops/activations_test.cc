@@ -1,4 +1,4 @@
-// silu_mul, gelu (both forms) and add against double formulas, including aliasing.
+// silu_mul, gelu (both forms), relu_square and add against double formulas, including aliasing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -58,6 +58,17 @@ TEST(Activations, GeluErfAndTanh) {
   gelu(z, 3, false);
   EXPECT_EQ(z[0], 0.f);
   EXPECT_NEAR(z[2], 0.8413447460685429, 1e-6);
+}
+
+TEST(Activations, ReluSquareIsOneRoundedProduct) {
+  const auto x0 = random_floats(kN, 6, -8.f, 8.f);
+  auto x = x0;
+  relu_square(x.data(), kN);
+  // max(v, 0) is exact, then one float multiply: the double square rounded to float.
+  for (int64_t i = 0; i < kN; ++i) {
+    const double r = x0[i] > 0 ? double(x0[i]) : 0.0;
+    ASSERT_EQ(x[i], float(r * r)) << i;
+  }
 }
 
 TEST(Activations, AddIsExactAndAliases) {

@@ -86,6 +86,8 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
 
 void gelu(float* x, int64_t n, bool tanh_approx) { ref::gelu(x, n, tanh_approx); }
 
+void relu_square(float* x, int64_t n) { ref::relu_square(x, n); }
+
 void add(const float* a, const float* b, int64_t n, float* y) {
   if (scalar()) return ref::add(a, b, n, y);
   cpu::add(a, b, n, y);

@@ -70,6 +70,8 @@ void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t*
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 // In place x[n] = gelu(x): exact erf form, or the tanh approximation.
 void gelu(float* x, int64_t n, bool tanh_approx);
+// In place x[n] = max(x, 0)^2 (the "relu2" MLP).
+void relu_square(float* x, int64_t n);
 
 // y[n] = a[n] + b[n]. y may alias a or b.
 void add(const float* a, const float* b, int64_t n, float* y);

@@ -16,6 +16,7 @@ void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t*
           float theta, RopeLayout layout);
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 void gelu(float* x, int64_t n, bool tanh_approx);
+void relu_square(float* x, int64_t n);
 void add(const float* a, const float* b, int64_t n, float* y);
 void kv_write(const KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos,
               int64_t T);
