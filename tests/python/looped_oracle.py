@@ -84,6 +84,17 @@ def _parcae_block(t, c, p, layer, x, ids):
     return x + _lin(t, p + "mlp.proj", _relu2(_lin(t, p + "mlp.fc", y)))
 
 
+def _parcae_inject(t, kind, x, e):
+    """modules/injection.py: Diagonal, Linear or Additive injection of e into the state x."""
+    if kind == "diagonal":
+        dt = np.log1p(np.exp(_f(t, "transformer.adapter.dt_bias")))  # softplus [D]
+        decay = np.exp(-dt * np.exp(_f(t, "transformer.adapter.A_log")))  # [D]
+        return x * decay + dt * (e @ _f(t, "transformer.adapter.B").T)
+    if kind == "linear":
+        return np.concatenate([x, e], axis=1) @ _f(t, "transformer.adapter.adapter.weight").T
+    return x + e
+
+
 def parcae_forward(t, c, ids, steps, state):
     """Parcae.forward at `steps` recurrences from the initial state [T, D] (the authors
     draw it at random with state_init like-init; zeros with state_init zero)."""
@@ -94,11 +105,9 @@ def parcae_forward(t, c, ids, steps, state):
         e = _parcae_block(t, c, f"transformer.prelude.{i}.", i, e, ids)
     if c.get("prelude_norm"):
         e = rms(e, _f(t, "transformer.ln_prelude.weight"), eps)
-    dt = np.log1p(np.exp(_f(t, "transformer.adapter.dt_bias")))  # softplus [D]
-    decay = np.exp(-dt * np.exp(_f(t, "transformer.adapter.A_log")))  # [D]
     x = np.asarray(state, np.float64)
     for _ in range(steps):
-        x = x * decay + dt * (e @ _f(t, "transformer.adapter.B").T)  # DiagonalInjection
+        x = _parcae_inject(t, c["injection_type"], x, e)
         for i in range(r):
             x = _parcae_block(t, c, f"transformer.core_block.{i}.", p + i, x, ids)
     x = x @ _f(t, "transformer.C.weight").T

@@ -2,7 +2,7 @@
 
     from tinyloop.convert import convert
     convert("smollm2.gguf", "smollm2.tinyloop")          # GGUF, llama architecture
-    convert("path/to/hf-folder", "model.tinyloop")         # Llama, Huginn, Ouro or Nanbeige
+    convert("path/to/hf-folder", "model.tinyloop")         # Llama, Huginn, Ouro, Nanbeige, Parcae
 
 The importer is picked from the input: a `.gguf` file (or any file starting with the
 GGUF magic), or a folder with a config.json whose `architectures` / `model_type` names a
@@ -24,6 +24,10 @@ SUPPORTED_HF = {
     "OuroForCausalLM": "ouro", "ouro": "ouro",
     "NanbeigeForCausalLM": "nanbeige", "nanbeige": "nanbeige",
 }
+
+# Parcae's config.json (written by the authors' save_pretrained: the config dataclass as a
+# dict) has no `architectures` / `model_type`; its `model_class_name` names the model.
+_PARCAE_CLASS = "Parcae"
 
 
 def _require(module: str, version: str) -> None:
@@ -50,9 +54,12 @@ def _hf_kind(folder) -> str:
     for n in names:
         if n in SUPPORTED_HF:
             return SUPPORTED_HF[n]
+    if c.get("model_class_name") == _PARCAE_CLASS:
+        return "parcae"
     what = names[0] if names else "(no 'architectures' or 'model_type')"
     raise ValueError(f"{folder.path}: architecture {what!r} is not supported (supported: "
-                     f"LlamaForCausalLM, huginn_raven, ouro, nanbeige, and GGUF llama)")
+                     f"LlamaForCausalLM, huginn_raven, ouro, nanbeige, Parcae "
+                     f"(model_class_name), and GGUF llama)")
 
 
 def plan_for(src):
@@ -73,6 +80,9 @@ def plan_for(src):
         if kind == "nanbeige":
             from .hf_nanbeige import plan_nanbeige
             return plan_nanbeige(folder)
+        if kind == "parcae":
+            from .hf_parcae import plan_parcae
+            return plan_parcae(folder)
         from .hf_ouro import plan_ouro
         return plan_ouro(folder)
     if not os.path.exists(src):

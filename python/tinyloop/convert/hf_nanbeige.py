@@ -43,7 +43,7 @@ __all__ = ["plan_nanbeige", "NANBEIGE_UNDERSTOOD", "NANBEIGE_IGNORABLE"]
 _HONOURED = {
     "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
     "num_attention_heads", "num_key_value_heads", "head_dim", "kv_channels", "hidden_act",
-    "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
+    "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters",
     "tie_word_embeddings", "attention_bias", "mlp_bias", "num_loops", "loop_loss_weights",
     "skip_loop_final_norm",
 }
