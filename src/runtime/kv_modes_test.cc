@@ -5,12 +5,14 @@
 // layout. Numerical agreement with the numpy reference is tests/python/test_kv_modes.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "io/test_file_builder.h"
+#include "runtime/early_exit.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "runtime/test_random_model.h"
@@ -56,8 +58,24 @@ TEST_P(KvModesTest, CachedEqualsUncachedFullAndWindowed) {
   }
 }
 
+// The tokens generate() emitted are the greedy choices (first maximum) of logits[rows, V]
+// from a teacher-forced run of the same mode over those tokens: row r predicts token
+// prompt_len + r. Ties the decode path (batch_step) to the stepwise forward path.
+void expect_greedy_chain(const std::vector<float>& logits, int64_t V, const std::vector<int32_t>& tokens,
+                         size_t prompt_len, const std::string& what) {
+  ASSERT_EQ(logits.size() % size_t(V), 0u);
+  const size_t rows = logits.size() / size_t(V);
+  ASSERT_GE(rows, tokens.size() - prompt_len) << what;
+  for (size_t r = 0; r + prompt_len < tokens.size(); ++r) {
+    const float* z = logits.data() + r * size_t(V);
+    const auto best = int32_t(std::max_element(z, z + V) - z);
+    ASSERT_EQ(tokens[prompt_len + r], best) << what << ": token " << r;
+  }
+}
+
 TEST_P(KvModesTest, SharedGroupsEarlyExitAndLongWindowedGeneration) {
   const Engine e = engine(GetParam());
+  const int64_t V = e.config().vocab_size;
   GenerateRequest r;
   r.prompt = ids(6);
   r.max_tokens = 100;
@@ -65,20 +83,31 @@ TEST_P(KvModesTest, SharedGroupsEarlyExitAndLongWindowedGeneration) {
   r.stop_at_eos = false;
   r.cache_window = 8;
   const auto exact = generate(e, r).tokens;
+  ASSERT_EQ(exact.size(), 106u);
+  expect_greedy_chain(e.stepwise_logits(exact, 6, 4, 8), V, exact, 6, "exact, window 8");
   r.kv_loop_slots = 4;  // B >= loops: the exact layout
   EXPECT_EQ(generate(e, r).tokens, exact);
   for (int64_t b : {1, 2}) {
     r.kv_loop_slots = b;
-    const auto shared = generate(e, r);
-    EXPECT_EQ(shared.tokens.size(), 106u);
-    r.early_exit.patience = 1;  // a probe that always fires: tokens stop after min_L
-    r.early_exit.tau = 1e9;
-    r.early_exit.min_L = 2;
-    const auto ee = generate(e, r);
-    EXPECT_EQ(ee.tokens.size(), 106u);
-    EXPECT_LT(ee.mean_loops(), 4.0);
-    r.early_exit = EarlyExitParams{};
+    const auto shared = generate(e, r).tokens;
+    ASSERT_EQ(shared.size(), 106u);
+    expect_greedy_chain(e.stepwise_logits(shared, 6, 4, 8, b), V, shared, 6,
+                        "kv_loop_slots " + std::to_string(b));
   }
+  // Early exit (the latest rule fills the skipped slots): generate's tokens and depths equal
+  // the teacher-forced early-exit path's over the same tokens.
+  r.kv_loop_slots = 0;
+  r.cache_window = 0;
+  r.early_exit.patience = 1;  // a probe that always fires: tokens stop after min_L
+  r.early_exit.tau = 1e9;
+  r.early_exit.min_L = 2;
+  const auto ee = generate(e, r);
+  ASSERT_EQ(ee.tokens.size(), 106u);
+  EXPECT_LT(ee.mean_loops(), 4.0);
+  const StepwiseExit tf = early_exit_stepwise(e, ee.tokens, 6, 4, r.early_exit);
+  expect_greedy_chain(tf.logits, V, ee.tokens, 6, "early exit");
+  EXPECT_EQ(std::vector<int64_t>(tf.depths.begin(), tf.depths.begin() + 100), ee.loops_per_token);
+  r.early_exit = EarlyExitParams{};
   r.kv_loop_slots = -1;
   EXPECT_THROW(generate(e, r), std::invalid_argument);
 }
