@@ -12,6 +12,7 @@
 #include "convert.h"
 #include "runtime/beam_search.h"
 #include "runtime/early_exit.h"
+#include "runtime/gate_exit.h"
 #include "runtime/generate.h"
 #include "grammar/grammar.h"
 
@@ -73,6 +74,17 @@ inline runtime::EarlyExitParams early_exit_params(int64_t patience, int64_t min_
   p.peek_every = peek_every;
   p.logit_margin = logit_margin;
   return p;
+}
+
+// exit_gate / exit_gate_threshold / exit_gate_step (None = the model file's config); the
+// runtime checks the values and names the kwarg (runtime/gate_exit.h resolve_gate).
+inline runtime::GateExitRequest gate_request(const std::optional<std::string>& mode,
+                                             std::optional<double> threshold, std::optional<int64_t> step) {
+  runtime::GateExitRequest r;
+  if (mode) r.mode = runtime::parse_gate_mode(*mode);
+  r.threshold = threshold;
+  r.step = step;
+  return r;
 }
 
 // beam_size / length_penalty / early_stopping, validated (ValueError naming the kwarg).

@@ -28,6 +28,11 @@ struct PartState {
   int64_t stable = 0;     // consecutive stable probes
   bool exited = false;    // left the loop early
   bool have_logits = false;  // logits already read out by the probe that stopped it
+  GateTracker gate;               // the exit gate's distribution over the last row's steps
+  bool gate_picked = false;       // Threshold / Step chose an iteration before the last
+  std::vector<float> gate_state;  // [D] that iteration's state (parts that keep looping)
+  std::vector<float> gate_mix;    // [V] Weighted: sum of p_t * logits_t so far
+  float gate_last_weight = 0;     // Weighted: p_L, applied to the final readout
 };
 
 // Copies rows [begin, begin + n) of src [*, D] to dst at row `at`.
@@ -72,10 +77,15 @@ void run_step(const model::LoopedModel& m, std::vector<StepPart>& parts, StepScr
   float* x = sc.x.data();  // [T, D]
   float* s = sc.s.data();  // [T, D]
   m.prelude(sc.tokens.data(), all, sc.ws, x);
-  m.initial_state(x, sc.pos.data(), T, s);
+  m.initial_state(x, all, s);
 
   auto in_loop = [&](int64_t i, int64_t it) {
     return !st[size_t(i)].exited && parts[size_t(i)].loops > it;
+  };
+  // The exit gate watches the last row of parts that want logits.
+  auto gated = [&](int64_t i) {
+    const StepPart& p = parts[size_t(i)];
+    return p.want_logits && p.gate_exit && p.gate_exit->enabled();
   };
   auto probes = [&](int64_t i, int64_t n_after) {
     const StepPart& p = parts[size_t(i)];
@@ -150,13 +160,59 @@ void run_step(const model::LoopedModel& m, std::vector<StepPart>& parts, StepScr
         }
       }
     }
+    model::RowBatch gb{sc.apos.data(), 0, {}};  // Weighted gates: rows read out after this iteration
+    std::vector<int64_t> mixing, gate_rows;     // their parts; their rows in gb
     for (int64_t i = 0; i < P; ++i) {
       if (!in_loop(i, it)) continue;
       PartState& ps = st[size_t(i)];
       ps.done = it + 1;
       const StepPart& p = parts[size_t(i)];
       if (p.early_exit && p.early_exit->enabled() && ps.stable >= p.early_exit->patience) ps.exited = true;
+      if (!gated(i) || ps.gate_picked) continue;
+      const GateExitParams& g = *p.gate_exit;
+      const int64_t row = ps.begin + p.n - 1;
+      const float w = ps.gate.observe(gate_logit(m, s + row * D), p.loops);
+      if (g.mode == ExitGateMode::Weighted) {
+        if (ps.done == p.loops) {
+          ps.gate_last_weight = w;  // the final readout is logits_L
+          continue;
+        }
+        if (ps.gate_mix.empty()) ps.gate_mix.assign(size_t(V), 0.0f);
+        copy_rows(s, row, 1, D, sc.probe.data(), gb.T);
+        sc.apos[size_t(gb.T)] = sc.pos[size_t(row)];
+        gb.groups.push_back({p.kv, gb.T, 1});
+        gate_rows.push_back(gb.T++);
+        mixing.push_back(i);
+        ps.gate_last_weight = w;  // this step's p_t, applied below
+        continue;
+      }
+      if (ps.done < p.loops && ps.gate.exits_now(g, p.loops)) {
+        if (p.n == 1) {
+          ps.exited = true;  // the saving: the loop stops, the state stays s_e
+        } else {
+          // A prompt runs on (every row needs every iteration's K/V); keep s_e for its readout.
+          ps.gate_state.assign(s + row * D, s + (row + 1) * D);
+          ps.gate_picked = true;
+        }
+      }
     }
+    if (!mixing.empty()) {
+      std::vector<float> gl(static_cast<size_t>(gb.T * V));  // [mixing, V]
+      m.readout(sc.probe.data(), gb, sc.ws, gate_rows.data(), int64_t(gate_rows.size()), gl.data());
+      for (size_t k = 0; k < mixing.size(); ++k) {
+        PartState& ps = st[size_t(mixing[k])];
+        const float* lt = gl.data() + int64_t(k) * V;
+        // In the reference's order: expected = p_1 logits_1 + p_2 logits_2 + ...
+        for (int64_t v = 0; v < V; ++v) ps.gate_mix[size_t(v)] += ps.gate_last_weight * lt[v];
+      }
+    }
+  }
+  // A prompt whose gate picked an earlier iteration reads out from that state (its last row
+  // only: no other row of the step attends to it after the loop, there are no post blocks).
+  for (int64_t i = 0; i < P; ++i) {
+    const PartState& ps = st[size_t(i)];
+    if (ps.gate_picked)
+      std::copy(ps.gate_state.begin(), ps.gate_state.end(), s + (ps.begin + parts[size_t(i)].n - 1) * D);
   }
 
   // Readout over every row (the post slots of every position), logits where wanted.
@@ -174,6 +230,13 @@ void run_step(const model::LoopedModel& m, std::vector<StepPart>& parts, StepScr
   for (size_t k = 0; k < out_part.size(); ++k)
     parts[size_t(out_part[k])].logits.assign(logits.begin() + int64_t(k) * V,
                                              logits.begin() + int64_t(k + 1) * V);
+  for (int64_t i = 0; i < P; ++i) {
+    const PartState& ps = st[size_t(i)];
+    if (!gated(i) || parts[size_t(i)].gate_exit->mode != ExitGateMode::Weighted) continue;
+    std::vector<float>& out = parts[size_t(i)].logits;  // [V] logits_L
+    for (int64_t v = 0; v < V; ++v)
+      out[size_t(v)] = (ps.gate_mix.empty() ? 0.0f : ps.gate_mix[size_t(v)]) + ps.gate_last_weight * out[size_t(v)];
+  }
 
   for (int64_t i = 0; i < P; ++i) {
     StepPart& p = parts[size_t(i)];

@@ -21,6 +21,7 @@
 #include "model/layer.h"
 #include "model/looped_model.h"
 #include "runtime/early_exit.h"
+#include "runtime/gate_exit.h"
 
 namespace tinyloop::runtime {
 
@@ -36,6 +37,11 @@ struct StepPart {
   // Per-token early exit (parts of one row only; prefill never exits early). null or
   // disabled = fixed depth.
   const EarlyExitParams* early_exit = nullptr;
+  // Ouro's exit gate on the last row when it wants logits (runtime/gate_exit.h): the rule
+  // picks (or mixes) that row's logits; a one-row part in Threshold / Step mode stops its
+  // loop there. Longer parts (a prompt) run every iteration, as the reference does. null or
+  // Off = the last iteration's logits.
+  const GateExitParams* gate_exit = nullptr;
   bool want_logits = false;  // logits of the last row
   // Outputs.
   std::vector<float> logits;  // [V] when want_logits

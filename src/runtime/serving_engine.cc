@@ -223,6 +223,7 @@ void ServingEngine::step() {
     p.loops = plan[i].loops;
     p.full_loops = s.loops;
     p.early_exit = plan[i].early_exit ? &s.req.early_exit : nullptr;
+    p.gate_exit = plan[i].gate_exit ? &s.gate : nullptr;
     p.want_logits = plan[i].want_logits;
     rows += p.n;
   }
