@@ -7,9 +7,13 @@ until an end-of-turn token. Without one, the conversation is plain text: each li
 appended to what came before and the model continues it. An empty line quits.
 
 The conversation is re-tokenised every turn (the template may rewrite earlier turns, e.g.
-strip thinking), so the prompt is prefilled whole each time: fine for small models and
-short chats. When it no longer fits in max_seq_len, the oldest turns are dropped (the
-system message stays).
+strip thinking), but it is not re-computed: replies come from a serving engine
+(`tinyloop_py.Engine`) with automatic prefix caching, which keeps the KV blocks of each
+turn's prompt, so the next turn computes only what follows the longest unchanged block
+prefix (the last reply and the new message). The output is the same as a fresh
+`generate` of the whole prompt (the engine is bit-identical to it). Beam search
+(`--beam-size`) is not served by the engine and re-prefills. When the conversation no
+longer fits in max_seq_len, the oldest turns are dropped (the system message stays).
 """
 from __future__ import annotations
 
@@ -80,7 +84,33 @@ class Conversation:
             self.messages.append({"role": "assistant", "content": text})
 
 
-def run(model, tokenizer, template: str | None, args, stdin=None, stdout=None) -> int:
+# Positions per KV block of the chat engine: a turn reuses the earlier prompt in whole blocks.
+_BLOCK = 16
+
+
+def _kv_budget_mb(model, args) -> float:
+    """KV pool for one conversation at max_seq_len, twice (the running turn and the cached
+    blocks of the previous prompt), in the widest storage (fp32 K and V, or an fp32 h row)."""
+    c = model.config()
+    loops = getattr(args, "loops", None) or c["default_loops"]
+    slots = c["n_pre_blocks"] + loops * c["n_loop_layers"] + c["n_post_blocks"]
+    row_bytes = 4 * max(2 * c["n_kv_heads"] * c["head_dim"], c["dim"])
+    return max(4.0, 2 * slots * row_bytes * (model.max_seq_len + _BLOCK) / 2**20)
+
+
+def _engine(model, args):
+    """The serving engine that keeps earlier turns' KV, or None for beam search."""
+    if (getattr(args, "beam_size", 0) or 0) >= 2:
+        return None
+    import tinyloop_py as tl
+
+    return tl.Engine(model, kv_budget_mb=_kv_budget_mb(model, args), kv_block_size=_BLOCK,
+                     max_num_seqs=1, prefix_caching=True)
+
+
+def run(model, tokenizer, template: str | None, args, stdin=None, stdout=None,
+        stats: dict | None = None) -> int:
+    """The REPL. stats, when given, receives the engine's counters at the end (tests)."""
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     cfg = model.config()
@@ -88,14 +118,34 @@ def run(model, tokenizer, template: str | None, args, stdin=None, stdout=None) -
     stops = _stop_sequences(tokenizer, cfg["eos_ids"])
     mode = "chat template" if template is not None else "no chat template: plain continuation"
     print(f"({mode}; an empty line quits)", file=stdout, flush=True)
+    engine = _engine(model, args)
     try:
-        _loop(model, tokenizer, conv, stops, args, stdin, stdout)
+        _loop(model, engine, tokenizer, conv, stops, args, stdin, stdout)
     except KeyboardInterrupt:  # Ctrl-C: leave quietly, as an empty line does
         stdout.write("\n")
+    finally:
+        if engine is not None:
+            if stats is not None:
+                stats.update(engine.stats())
+            engine.close()
     return 0
 
 
-def _loop(model, tokenizer, conv, stops, args, stdin, stdout) -> None:
+def _reply(model, engine, prompt, on_token, seed, stops, kwargs) -> list[int]:
+    """The new tokens of one turn, streamed to on_token (False from it stops the reply)."""
+    if engine is None:
+        r = model.generate_stream(prompt, on_token, seed=seed, stop_sequences=stops, **kwargs)
+        return r["tokens"][len(prompt):]
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("beam_size", "length_penalty")}
+    handle = engine.submit(prompt, seed=seed, stop_sequences=stops, **kwargs)
+    for tok in handle:
+        if on_token(tok) is False:
+            handle.cancel()
+            break
+    return list(handle.result().tokens)
+
+
+def _loop(model, engine, tokenizer, conv, stops, args, stdin, stdout) -> None:
     import numpy as np
     from .cli import decode_kwargs
     from .text import TextStreamer
@@ -118,8 +168,7 @@ def _loop(model, tokenizer, conv, stops, args, stdin, stdout) -> None:
         streamer = TextStreamer(tokenizer, stdout, prompt_ids=ids)
         seed = None if args.seed is None else args.seed + turn
         turn += 1
-        r = model.generate_stream(prompt, streamer, seed=seed, stop_sequences=stops, **decode_kwargs(args))
-        new = r["tokens"][len(ids):]
+        new = _reply(model, engine, prompt, streamer, seed, stops, decode_kwargs(args))
         conv.add_reply(tokenizer.decode(new))  # special tokens (end of turn) skipped
         stdout.write("\n")
         stdout.flush()

@@ -160,3 +160,38 @@ def test_talk_and_chat_take_the_engine_flags(text_model, cmd, monkeypatch, capsy
     assert tok.decode(greedy[len(ids):]).strip() not in out  # beam 2 differs here: the flag took effect
     with pytest.raises(SystemExit):  # argparse names the bad choice
         cli.main([cmd, *model_arg, "--kv-mode", "int3"])
+
+
+def test_chat_keeps_earlier_turns_kv(text_model):
+    """chat answers through a serving engine with prefix caching: later turns reuse the KV
+    blocks of earlier prompts (counted by the engine), and every reply equals a fresh
+    generate of the whole conversation so far."""
+    import types
+
+    from tinyloop import chat
+    from tinyloop.text import load_tokenizer
+
+    lines = ["w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 w20",
+             "w21 w22 w23 w24 w25", "w26 w27 w28"]
+    args = types.SimpleNamespace(max_tokens=6, loops=2, temperature=0.0, top_k=50, top_p=1.0,
+                                 repetition_penalty=1.0, seed=None, cache_window=0, kv_loop_slots=0,
+                                 beam_size=0, length_penalty=1.0, system=None)
+    out, stats = io.StringIO(), {}
+    with tl.Model(text_model) as model:
+        tok = load_tokenizer(model)
+        assert chat.run(model, tok, None, args, stdin=io.StringIO("\n".join(lines) + "\n\n"),
+                        stdout=out, stats=stats) == 0
+        # The same conversation by hand: each prompt is everything so far, generated afresh.
+        text, want = "", []
+        for i, line in enumerate(lines):
+            text += ("\n" if i else "") + line
+            ids = tok.encode(text).ids
+            new = model.generate(ids, max_tokens=6, loops=2, temperature=0.0, repetition_penalty=1.0)[len(ids):]
+            reply = tok.decode(new)
+            want.append(reply)
+            text += reply
+    printed = out.getvalue()
+    for reply in want:
+        assert reply.strip() in printed
+    assert stats["requests_finished"] == 3
+    assert stats["prefix_hits"] >= 2 and stats["prefix_hit_tokens"] >= 32, stats

@@ -34,9 +34,15 @@ def test_threads_get_the_same_answers_as_alone(test_models):
 
 
 def test_gil_is_released_during_generate(test_models):
-    """A pure-Python counter thread keeps running while generate computes."""
+    """A pure-Python counter thread advances while generate computes.
+
+    Held for the whole call, the GIL would let the counter move only before or after it:
+    the count taken just before and just after the call would be equal. The call is made
+    long enough (doubling max_tokens until it takes 0.2 s) that a released GIL gives the
+    counter time slices on any machine, fast or loaded, so nothing depends on how fast
+    generate is."""
     m = test_models["huginn"]
-    with tl.Model(m.path, max_seq_len=600) as model:
+    with tl.Model(m.path, max_seq_len=4100) as model:
         ticks = 0
         stop = threading.Event()
 
@@ -44,17 +50,25 @@ def test_gil_is_released_during_generate(test_models):
             nonlocal ticks
             while not stop.is_set():
                 ticks += 1
-                time.sleep(0.001)
+                time.sleep(0.0005)
 
         t = threading.Thread(target=spin)
         t.start()
-        t0 = time.perf_counter()
-        model.generate(np.array([1, 2, 3], dtype=np.int32), max_tokens=500, loops=8, stop_at_eos=False)
-        elapsed = time.perf_counter() - t0
-        stop.set()
-        t.join()
-    # With the GIL held for the whole call the counter could not advance at all.
-    assert elapsed > 0.05 and ticks >= 10
+        try:
+            n = 100
+            while True:
+                before = ticks
+                t0 = time.perf_counter()
+                model.generate(np.array([1, 2, 3], dtype=np.int32), max_tokens=n, loops=8, stop_at_eos=False)
+                elapsed, during = time.perf_counter() - t0, ticks - before
+                if elapsed >= 0.2 or n >= 4000:
+                    break
+                n *= 2
+        finally:
+            stop.set()
+            t.join()
+    assert elapsed >= 0.05, f"generate of {n} tokens took only {elapsed:.3f} s"
+    assert during >= 2, f"counter advanced {during} times in a {elapsed:.3f} s call: GIL held"
 
 
 def test_close_while_another_thread_generates(test_models):
