@@ -8,9 +8,9 @@ of the BF16 weight copies.
 
 Text: the held-out text of the bundled model (the last --tail-fraction of every file of
 --corpus), cut into --positions / --ctx windows of --ctx tokens spread evenly over the stream
-(tinyloop.quantize.eval_windows, as `tinyloop quantize` reports). Each window is scored in
+(tinyloop.quant_eval.eval_windows, as `tinyloop quantize` reports). Each window is scored in
 one forward (Model.score: every row's logits, float32 K/V) by both settings of the same file
-(tinyloop.quantize.compare_models): per row KL(P_f32 || P_bf16) of the softmax distributions
+(tinyloop.quant_eval.compare_models): per row KL(P_f32 || P_bf16) of the softmax distributions
 (in float64), whether the top-1 tokens agree, and the log-likelihood of the true next token
 (the perplexity columns).
 """
@@ -26,7 +26,7 @@ import tinyloop_py as tl
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
-from tinyloop.quantize import compare_models, eval_windows  # noqa: E402
+from tinyloop.quant_eval import compare_models, eval_windows  # noqa: E402
 
 BUNDLED = os.path.join(ROOT, "models", "tinyloop-demo.tinyloop")
 CORPUS = "/work/shared/data/corpus"

@@ -40,7 +40,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 from tinyloop.perplexity import read_slice, token_stream, window_starts  # noqa: E402
-from tinyloop.quantize import log_softmax  # noqa: E402
+from tinyloop.quant_eval import log_softmax  # noqa: E402
 from tinyloop.text import load_tokenizer  # noqa: E402
 
 BUNDLED = os.path.join(ROOT, "models", "tinyloop-demo.tinyloop")

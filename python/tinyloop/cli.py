@@ -351,7 +351,7 @@ def main(argv=None) -> int:
     r.add_argument("--set", action="append", help="config override key=value (repeatable)")
     r.set_defaults(func=cmd_random_model)
 
-    from tinyloop import quantize as quantize_mod  # numpy-only at import
+    from tinyloop import quantize_file as quantize_mod  # numpy-only at import
     qz = sub.add_parser("quantize", help="rewrite a model's weights as f16/bf16/int8/int4, with a KL/top-1 report")
     quantize_mod.add_arguments(qz)
     qz.set_defaults(func=quantize_mod.main_args)

@@ -11,7 +11,8 @@ A weight W is logically [N, K] (N = out, K = in), split along K into groups of G
           W[n, k] = scales[n, g] * q[n, k] + offsets[n, g],  g = k/G, in float32
 
 Scales and offsets are float16 (F16) or float32 (F32) arrays; the writer stores them in
-the numpy dtype it is given.
+the numpy dtype it is given. Rewriting a whole file is `quantize_file.py` (`tinyloop
+quantize`); measuring what it changed is `quant_eval.py`.
 """
 
 from __future__ import annotations
@@ -29,9 +30,6 @@ __all__ = [
     "is_quantized",
     "logical_shapes",
     "quantize_tensors",
-    "log_softmax",
-    "compare_models",
-    "eval_windows",
     "group_size",
 ]
 
@@ -196,176 +194,3 @@ def quantize_tensors(tensors: dict, kind: str, group: int | None = 32,
         except ValueError as e:
             raise ValueError(f"tensor '{name}': {e}") from None
     return out
-
-
-# ---------------------------------------------------------------------------------------
-# `tinyloop quantize IN OUT --weights f16|bf16|int8|int4 [--group G]`
-
-QUANTIZE_WEIGHTS = ("f16", "bf16", "int8", "int4")
-
-
-def quantize_model(src, dst, weights: str, group: int | None = 32, scale_dtype: str = "f16") -> str:
-    """Write `src` (any .tinyloop) to `dst` with its weights as `weights`: f16 / bf16 store
-    every 2-D tensor so; int8 / int4 quantize the linears, the embedding and the head
-    (round to nearest, `group` columns a scale, None: one a row; scales and offsets in
-    `scale_dtype`), other 2-D tensors stay float32. A quantized input is dequantized first.
-    Tokenizer and chat template are kept. Returns dst."""
-    from .format import read_model, write_model
-
-    if weights not in QUANTIZE_WEIGHTS:
-        raise ValueError(f"weights {weights!r}: expected one of {', '.join(QUANTIZE_WEIGHTS)}")
-    if scale_dtype not in ("f16", "f32"):
-        raise ValueError(f"scale_dtype {scale_dtype!r}: expected 'f16' or 'f32'")
-    m = read_model(src)
-    floats = {n: dequantize(n, m.tensors) for n in logical_shapes(
-        {k: np.shape(v) for k, v in m.tensors.items()})}
-    if weights in ("int8", "int4"):
-        tensors = quantize_tensors(floats, weights, group,
-                                   np.float16 if scale_dtype == "f16" else np.float32)
-        wd = "f32"
-    else:
-        tensors, wd = floats, weights
-    return write_model(dst, m.config, tensors, tokenizer_json=m.tokenizer_json,
-                       chat_template=m.chat_template, weight_dtype=wd)
-
-
-def log_softmax(z: np.ndarray) -> np.ndarray:
-    """log softmax over the last axis, in float64 (KL divergences of nearby distributions
-    need the precision)."""
-    z = np.asarray(z, np.float64)
-    m = z.max(axis=-1, keepdims=True)
-    return z - m - np.log(np.exp(z - m).sum(axis=-1, keepdims=True))
-
-
-def compare_models(ref_path, test_path, windows: list, loops: int | None = None,
-                   progress: bool = True, ref_kwargs: dict | None = None,
-                   test_kwargs: dict | None = None) -> dict:
-    """Next-token distributions of `test_path` against `ref_path` on token windows (each an
-    int32 array): mean and max KL(ref || test) per predicted token, top-1 agreement, both
-    perplexities (each window's tokens after the first are predicted) and the seconds each
-    side spent in score(). ref_kwargs / test_kwargs go to the two Models, so one file can be
-    compared with itself under other settings (e.g. fp16_body=True)."""
-    import sys
-    import time
-
-    import tinyloop_py as tl
-    from tqdm import tqdm
-
-    kl = agree = kl_max = 0.0
-    n = n_pred = 0
-    nll = {"ref": 0.0, "test": 0.0}
-    secs = {"ref": 0.0, "test": 0.0}
-    with tl.Model(ref_path, **(ref_kwargs or {})) as a, tl.Model(test_path, **(test_kwargs or {})) as b:
-        L = loops or a.config()["default_loops"]
-        for ids in tqdm(windows, desc="compare", unit="window", disable=not progress, file=sys.stderr):
-            lp = {}
-            for side, m in (("ref", a), ("test", b)):
-                t0 = time.perf_counter()
-                lp[side] = log_softmax(m.score(ids, loops=L))  # [T, V]
-                secs[side] += time.perf_counter() - t0
-            la, lb = lp["ref"], lp["test"]
-            row_kl = np.sum(np.exp(la) * (la - lb), axis=1)  # [T]
-            kl += float(row_kl.sum())
-            kl_max = max(kl_max, float(row_kl.max()))
-            agree += float(np.sum(la.argmax(axis=1) == lb.argmax(axis=1)))
-            tgt = np.arange(len(ids) - 1)
-            nll["ref"] -= float(la[tgt, ids[1:]].sum())
-            nll["test"] -= float(lb[tgt, ids[1:]].sum())
-            n += len(ids)
-            n_pred += len(ids) - 1
-    count = max(1, n_pred)
-    return dict(loops=L, positions=n, mean_kl=kl / max(1, n), max_kl=kl_max,
-                top1_agreement=agree / max(1, n),
-                ppl_ref=float(np.exp(nll["ref"] / count)), ppl_test=float(np.exp(nll["test"] / count)),
-                seconds_ref=secs["ref"], seconds_test=secs["test"])
-
-
-def eval_windows(model_path, files: list, ctx: int = 256, max_windows: int = 8,
-                 tail_fraction: float = 0.05, seed: int = 0) -> tuple[list, str]:
-    """Held-out token windows for compare_models, and what they are: the last
-    `tail_fraction` of each text file (the bundled model's held-out slice) through the
-    model's tokenizer, cut as `tinyloop perplexity` does; random ids when the model has no
-    tokenizer or no file is given."""
-    from .perplexity import read_slice, token_stream, window_starts
-    from .text import load_tokenizer
-
-    tok = load_tokenizer(model_path) if files else None
-    if tok is None:
-        from .format import read_model
-        V = read_model(model_path).config["vocab_size"]
-        rng = np.random.default_rng(seed)
-        return ([rng.integers(0, V, size=ctx).astype(np.int32) for _ in range(max_windows)],
-                f"{max_windows} windows of {ctx} random token ids (no tokenizer or no text)")
-    stream = token_stream(tok, [read_slice(p, tail_fraction) for p in files], None)
-    ctx = min(ctx, len(stream))
-    starts = window_starts(len(stream), ctx, max_windows)
-    return ([stream[s:s + ctx] for s in starts],
-            f"{len(starts)} windows of {ctx} tokens from the last {tail_fraction:.0%} of "
-            f"{len(files)} file(s)")
-
-
-def _max_seq_len(path: str) -> int:
-    """The config's max_seq_len, from the header alone (a file this cannot read gets 2^31:
-    quantize_model then names its problem)."""
-    import json
-    import struct
-
-    try:
-        with open(path, "rb") as f:
-            (n,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(min(n, 1 << 30)).decode("utf-8"))
-        return int(json.loads(header["__metadata__"]["config"]).get("max_seq_len", 2048))
-    except (OSError, ValueError, KeyError, TypeError, struct.error):
-        return 2**31
-
-
-def main_args(args) -> int:
-    """The CLI command (cli.py wires the arguments)."""
-    import glob
-    import os
-
-    group = args.group or None
-    if not args.no_eval:
-        # Checked before anything is written: the report once failed after writing the file
-        # (a model with max_seq_len < --ctx).
-        if args.ctx < 2:
-            raise ValueError(f"--ctx must be >= 2, got {args.ctx}")
-        if args.max_windows < 1:
-            raise ValueError(f"--max-windows must be >= 1, got {args.max_windows}")
-        args.ctx = min(args.ctx, _max_seq_len(args.input))
-    quantize_model(args.input, args.output, args.weights, group, args.scale_dtype)
-    mib = lambda p: os.path.getsize(p) / 2**20  # noqa: E731
-    detail = ""
-    if args.weights in ("int8", "int4"):
-        detail = f" (group {group or 'a row'}, {args.scale_dtype} scales)"
-    print(f"wrote {args.output}: {args.weights}{detail}, {mib(args.output):.2f} MiB "
-          f"(input {mib(args.input):.2f} MiB)")
-    if args.no_eval:
-        return 0
-    files = args.eval_text
-    if files is None:
-        corpus = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
-                              "shared", "data", "corpus")
-        files = sorted(glob.glob(os.path.join(corpus, "*.txt")))
-    windows, what = eval_windows(args.input, files, args.ctx, args.max_windows)
-    r = compare_models(args.input, args.output, windows, args.loops, progress=not args.quiet)
-    print(f"against the input, {what}, L={r['loops']}:")
-    print(f"  mean KL(input || output) {r['mean_kl']:.3e} nats/token, top-1 agreement "
-          f"{100 * r['top1_agreement']:.2f}% over {r['positions']} positions")
-    print(f"  perplexity {r['ppl_ref']:.3f} -> {r['ppl_test']:.3f}")
-    return 0
-
-
-def add_arguments(p) -> None:
-    p.add_argument("input")
-    p.add_argument("output")
-    p.add_argument("--weights", required=True, choices=list(QUANTIZE_WEIGHTS))
-    p.add_argument("--group", type=int, default=32, help="int8/int4: columns per scale (0: one a row)")
-    p.add_argument("--scale-dtype", default="f16", choices=["f16", "f32"])
-    p.add_argument("--eval-text", nargs="*", default=None,
-                   help="held-out text files for the KL / top-1 report (default: the shared corpus)")
-    p.add_argument("--ctx", type=int, default=256)
-    p.add_argument("--max-windows", type=int, default=8)
-    p.add_argument("--loops", type=int, default=None, help="loop depth of the report (default: the model's)")
-    p.add_argument("--no-eval", action="store_true", help="write only, no report")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")

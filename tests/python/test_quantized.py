@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tinyloop import format as F
+from tinyloop import quant_eval
 from tinyloop import quantize as Q
 from tinyloop import reference
 from tinyloop.config import preset_config
@@ -434,8 +435,8 @@ def test_quantize_cli_writes_and_reports(tmp_path, capsys, wd):
 def test_compare_models_is_zero_against_itself(tmp_path):
     _engine()
     src = write_random_model(str(tmp_path / "a.tinyloop"), "huginn", seed=2, weight_dtype="int4")
-    windows, _ = Q.eval_windows(src, [], ctx=16, max_windows=2)
-    r = Q.compare_models(src, src, windows, progress=False)
+    windows, _ = quant_eval.eval_windows(src, [], ctx=16, max_windows=2)
+    r = quant_eval.compare_models(src, src, windows, progress=False)
     assert r["mean_kl"] == 0.0 and r["top1_agreement"] == 1.0 and r["ppl_ref"] == r["ppl_test"]
 
 
