@@ -19,70 +19,7 @@ from __future__ import annotations
 
 import sys
 
-# End-of-turn markers of common templates (llama.cpp treats them as end of generation too);
-# the model's eos_ids may name only one of them.
-_END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>")
-
-
-def _stop_sequences(tokenizer, eos_ids) -> list[list[int]]:
-    ids = {tokenizer.token_to_id(t) for t in _END_OF_TURN} - {None} - set(eos_ids)
-    return [[i] for i in sorted(ids)]
-
-
-def _special_tokens(tokenizer, cfg) -> dict:
-    """bos_token / eos_token strings for the template (Llama 3's template prints bos_token)."""
-    out = {}
-    if cfg.get("bos_id") is not None:
-        out["bos_token"] = tokenizer.id_to_token(cfg["bos_id"]) or ""
-    if cfg.get("eos_ids"):
-        out["eos_token"] = tokenizer.id_to_token(cfg["eos_ids"][0]) or ""
-    return out
-
-
-class Conversation:
-    """The messages so far and how to turn them into prompt ids (template or plain text)."""
-
-    def __init__(self, tokenizer, template: str | None, cfg: dict, system: str | None = None):
-        self.tok = tokenizer
-        self.template = template
-        self.special = _special_tokens(tokenizer, cfg)
-        self.messages: list[dict] = [{"role": "system", "content": system}] if system else []
-
-    def prompt_ids(self, budget: int) -> list[int]:
-        """Ids of the conversation plus the generation prompt, at most `budget` of them,
-        dropping the oldest turns (never the system message or the last user turn)."""
-        from .text import render_chat
-
-        while True:
-            if self.template is not None:
-                text = render_chat(self.template, self.messages, add_generation_prompt=True, **self.special)
-                # The template writes BOS itself where the model wants one.
-                ids = self.tok.encode(text, add_special_tokens=False).ids
-            else:
-                ids = self.tok.encode("".join(m["content"] for m in self.messages)).ids
-            if len(ids) <= budget:
-                return ids
-            first = 1 if self.messages and self.messages[0]["role"] == "system" else 0
-            if len(self.messages) - first <= 1:
-                if self.template is None:  # plain text: keep the most recent tokens
-                    return ids[-budget:]
-                raise ValueError(f"the message is {len(ids)} tokens, more than the {budget} that fit "
-                                 "(raise --max-seq-len or lower --max-tokens)")
-            del self.messages[first]
-
-    def add_user(self, text: str) -> None:
-        if self.template is not None:
-            self.messages.append({"role": "user", "content": text})
-        else:
-            sep = "\n" if self.messages else ""
-            self.messages.append({"role": "user", "content": sep + text})
-
-    def add_reply(self, text: str) -> None:
-        if self.template is not None:
-            self.messages.append({"role": "assistant", "content": text.strip()})
-        else:
-            self.messages.append({"role": "assistant", "content": text})
-
+from .conversation import Conversation, stop_sequences
 
 # Positions per KV block of the chat engine: a turn reuses the earlier prompt in whole blocks.
 _BLOCK = 16
@@ -115,7 +52,7 @@ def run(model, tokenizer, template: str | None, args, stdin=None, stdout=None,
     stdout = stdout or sys.stdout
     cfg = model.config()
     conv = Conversation(tokenizer, template, cfg, getattr(args, "system", None))
-    stops = _stop_sequences(tokenizer, cfg["eos_ids"])
+    stops = stop_sequences(tokenizer, cfg["eos_ids"])
     mode = "chat template" if template is not None else "no chat template: plain continuation"
     print(f"({mode}; an empty line quits)", file=stdout, flush=True)
     engine = _engine(model, args)

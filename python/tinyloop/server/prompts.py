@@ -3,7 +3,7 @@ model's chat template, tinyloop.chat / tinyloop.text, or a plain transcript when
 has none, e.g. the bundled model)."""
 from __future__ import annotations
 
-from ..chat import Conversation
+from ..conversation import Conversation
 from .errors import bad_param
 
 # Without a chat template the conversation is a plain transcript the model continues:

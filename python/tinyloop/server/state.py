@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import tinyloop_py as tl
 
-from ..chat import _special_tokens, _stop_sequences
+from ..conversation import special_tokens, stop_sequences
 from ..text import chat_template, load_tokenizer, token_bytes
 from .schema import GrammarCache
 
@@ -52,9 +52,9 @@ class EngineState:
         self.eos_ids = list(self.cfg.get("eos_ids") or [])
         self.tokenizer = load_tokenizer(self.model)
         self.template = chat_template(self.path) if self.path else chat_template(self.model)
-        self.special = _special_tokens(self.tokenizer, self.cfg) if self.tokenizer else {}
+        self.special = special_tokens(self.tokenizer, self.cfg) if self.tokenizer else {}
         # end-of-turn tokens of common templates (chat.py): a chat reply ends at them
-        self.chat_stop_ids = _stop_sequences(self.tokenizer, self.eos_ids) if self.tokenizer else []
+        self.chat_stop_ids = stop_sequences(self.tokenizer, self.eos_ids) if self.tokenizer else []
         self.timeout = float(timeout)
         self.engine = tl.Engine(self.model, **engine_kwargs)
         self.grammars = GrammarCache(self.token_bytes)
