@@ -1,16 +1,26 @@
-"""TinyLoop's pure-Python package (numpy only at run time).
+"""TinyLoop's Python package: the command line, the servers, the converters and the file
+format, around the C++ engine `tinyloop_py` (docs/ARCHITECTURE.md).
 
+Numpy only, no engine needed (importable before the extension is built):
 - `tinyloop.config`: the model config (defaults, consistency rules, tensor names, presets)
 - `tinyloop.format`: read and write `.tinyloop` model files
-- `tinyloop.reference`: the float64 numpy reference forward and generation loop
+- `tinyloop.quantize`: int8 / int4 tensor quantization in the file's layout
+- `tinyloop.reference`: the float64 numpy reference forward and generation loop (the tests'
+  oracle)
 - `tinyloop.random_model`: random test models (`python3 -m tinyloop.random_model`)
 - `tinyloop.convert`: GGUF and Hugging Face import (`convert(src, dst)`; needs the `gguf`
   and `safetensors` packages, imported only when used)
 - `tinyloop.text`: a model's tokenizer, token bytes, grammars, chat templates (docs/text.md);
   `get_tokenizer`, `token_bytes`, `grammar` and `chat_template` are re-exported here
+- `tinyloop.conversation`: chat messages -> prompt ids
 
-The C++ engine is the separate extension module `tinyloop_py`; this package does not
-import it, so everything here works without a build.
+On the engine (they import `tinyloop_py` when used, never at `import tinyloop`):
+- `tinyloop.cli`: the `tinyloop` command (generate, chat, talk, serve, convert, quantize,
+  perplexity, bench, inspect); `chat`, `talk`, `perplexity`, `bench`, `quantize_file`,
+  `quant_eval` implement its subcommands
+- `tinyloop.engine`: an asyncio wrapper of the serving engine
+- `tinyloop.server`: the OpenAI-compatible HTTP server (`tinyloop serve`, FastAPI)
+- `tinyloop.scale`: replicas on Ray Serve (`tinyloop serve --ray`)
 """
 
 from .text import chat_template, get_tokenizer, grammar, token_bytes  # stdlib-only imports
