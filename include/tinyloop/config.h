@@ -19,6 +19,9 @@ inline constexpr int64_t kMaxSeqLen = int64_t(1) << 24;
 // qk_norm's epsilon: 2^-23, the float32 epsilon that Parcae's weightless
 // F.rms_norm(eps=None) uses on float32 rows (docs/model-format.md).
 inline constexpr float kQkNormEps = 1.1920928955078125e-07f;
+// Input channels of a value-embedding gate: Parcae's ve_gate reads the first 32 channels of
+// the layer's normed input (docs/model-format.md).
+inline constexpr int64_t kValueGateDim = 32;
 
 enum class NormType { RMSNorm, LayerNorm };
 enum class NormPlacement { Pre, HuginnSandwich, OuroSandwich };
@@ -54,6 +57,9 @@ struct ModelConfig {
   bool attn_out_bias = false;
   bool mlp_bias = false;
   bool qk_norm = false;  // q and k of each head divided by their RMS after RoPE (Parcae)
+  // Layers (indices over pre, loop, post layers in order) whose v gets a gated per-token
+  // value embedding (Parcae's value_embeds / ve_gate).
+  std::vector<int64_t> value_embed_layers;
   PosEncoding pos_encoding = PosEncoding::RopeHalf;
   double rope_theta = 10000.0;
   MlpType mlp = MlpType::SwiGLU;
@@ -82,6 +88,12 @@ struct ModelConfig {
   std::vector<int64_t> eos_ids;
 
   bool sandwich() const { return norm_placement != NormPlacement::Pre; }
+  // Whether layer `index` (over pre, loop, post layers in order) has a value embedding.
+  bool has_value_embed(int64_t index) const {
+    for (int64_t i : value_embed_layers)
+      if (i == index) return true;
+    return false;
+  }
   bool uses_rope() const {
     return pos_encoding == PosEncoding::RopeHalf || pos_encoding == PosEncoding::RopeInterleaved;
   }

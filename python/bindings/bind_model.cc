@@ -68,6 +68,7 @@ py::dict config_dict(const Engine& e) {
   d["attn_out_bias"] = c.attn_out_bias;
   d["mlp_bias"] = c.mlp_bias;
   d["qk_norm"] = c.qk_norm;
+  d["value_embed_layers"] = c.value_embed_layers;
   d["pos_encoding"] = name_of(c.pos_encoding);
   d["rope_theta"] = c.rope_theta;
   d["mlp"] = name_of(c.mlp);

@@ -46,6 +46,7 @@ _FIELDS = {
     "attn_out_bias": ("bool", False),
     "mlp_bias": ("bool", False),
     "qk_norm": ("bool", False),
+    "value_embed_layers": ("int_list", []),
     "pos_encoding": (("rope_half", "rope_interleaved", "learned", "none"), "rope_half"),
     "rope_theta": ("float", 10000.0),
     "mlp": (("swiglu", "gelu", "gelu_tanh", "relu2"), "swiglu"),
@@ -74,6 +75,9 @@ _FIELDS = {
 MAX_LOOPS = 4096
 # qk_norm's epsilon (include/tinyloop/config.h kQkNormEps): the float32 epsilon 2^-23.
 QK_NORM_EPS = 2.0 ** -23
+# Input channels of a value-embedding gate (config.h kValueGateDim): Parcae's ve_gate reads
+# the first 32 channels of the layer's normed input.
+VALUE_GATE_DIM = 32
 MAX_SEQ_LEN = 2**24
 _MAXIMUM = {"default_loops": MAX_LOOPS, "max_seq_len": MAX_SEQ_LEN}
 
@@ -192,12 +196,30 @@ def _check_rules(c: dict) -> None:
                          f"got {c['exit_gate_step']}")
     if c["exit_gate_mode"] == "step" and c["exit_gate_step"] < 1:
         raise ValueError("config field 'exit_gate_step': must be >= 1 when exit_gate_mode is 'step'")
+    _check_value_embed_layers(c)
     V = c["vocab_size"]
     if c["bos_id"] is not None and not 0 <= c["bos_id"] < V:
         raise ValueError(f"config field 'bos_id': {c['bos_id']} is outside [0, {V})")
     for t in c["eos_ids"]:
         if not 0 <= t < V:
             raise ValueError(f"config field 'eos_ids': {t} is outside [0, {V})")
+
+
+def _check_value_embed_layers(c: dict) -> None:
+    """Indices over the pre, loop and post layers in order, increasing; the gate needs
+    VALUE_GATE_DIM input channels."""
+    layers = c["value_embed_layers"]
+    n = c["n_pre_blocks"] + c["n_loop_layers"] + c["n_post_blocks"]
+    for a, b in zip(layers, layers[1:]):
+        if b <= a:
+            raise ValueError(f"config field 'value_embed_layers': must be increasing, got {layers}")
+    for i in layers:
+        if not 0 <= i < n:
+            raise ValueError(f"config field 'value_embed_layers': {i} is outside [0, {n}) "
+                             f"(the pre, loop and post layers in order)")
+    if layers and c["dim"] < VALUE_GATE_DIM:
+        raise ValueError(f"config field 'value_embed_layers': the gate reads {VALUE_GATE_DIM} "
+                         f"channels, dim is {c['dim']}")
 
 
 def normalize_config(cfg: dict) -> dict:
@@ -237,7 +259,7 @@ def _add_linear(out: dict, name: str, n_out: int, n_in: int, bias: bool) -> None
         out[f"{name}.bias"] = (n_out,)
 
 
-def _add_layer(out: dict, c: dict, p: str) -> None:
+def _add_layer(out: dict, c: dict, p: str, value_embed: bool) -> None:
     """The tensors of one transformer layer with name prefix `p` (e.g. 'loop.0.')."""
     D, F, hd = c["dim"], c["ffn_dim"], c["head_dim"]
     H, KVH = c["n_heads"], c["n_kv_heads"]
@@ -256,6 +278,9 @@ def _add_layer(out: dict, c: dict, p: str) -> None:
         _add_linear(out, p + "attn.wk", KVH * hd, D, qb)
         _add_linear(out, p + "attn.wv", KVH * hd, D, qb)
     _add_linear(out, p + "attn.wo", D, H * hd, c["attn_out_bias"])
+    if value_embed:
+        out[p + "attn.value_embed.weight"] = (c["vocab_size"], KVH * hd)
+        out[p + "attn.value_gate.weight"] = (KVH, VALUE_GATE_DIM)
     mb = c["mlp_bias"]
     if c["mlp"] == "swiglu":
         _add_linear(out, p + "mlp.w_gate", F, D, mb)
@@ -277,9 +302,9 @@ def expected_tensors(cfg: dict) -> dict[str, tuple]:
         out["pos_emb.weight"] = (c["max_seq_len"], D)
     if c["inject"] == "linear_concat":
         out["inject.weight"] = (D, 2 * D)  # no bias: the doc lists none for inject
-    for group in layer_prefixes(c).values():
-        for p in group:
-            _add_layer(out, c, p)
+    prefixes = [p for group in layer_prefixes(c).values() for p in group]  # pre, loop, post
+    for i, p in enumerate(prefixes):
+        _add_layer(out, c, p, i in c["value_embed_layers"])
     if c["prelude_norm"]:
         _add_norm(out, c, "prelude_norm")
     if c["loop_norm"]:

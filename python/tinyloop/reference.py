@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-from .config import QK_NORM_EPS, check_tensor_shapes, layer_prefixes, normalize_config, uses_rope
+from .config import (QK_NORM_EPS, VALUE_GATE_DIM, check_tensor_shapes, layer_prefixes,
+                     normalize_config, uses_rope)
 from .quantize import dequantize, logical_shapes
 
 __all__ = [
@@ -211,11 +212,25 @@ def _unit_rms(x: np.ndarray) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + QK_NORM_EPS)
 
 
+def _value_embedding(tensors: dict, p: str, h: np.ndarray, ids, kvh: int) -> np.ndarray:
+    """What layer `p`'s value embedding adds to v [T, KVH hd]: per kv head g,
+    2 sigmoid(value_gate[g] . h[:, :32]) * value_embed[ids] (Parcae's ve / ve_gate)."""
+    if ids is None:
+        raise ValueError(f"layer {p[:-1]} has a value embedding: its rows' token ids are needed")
+    table = _w(tensors, p + "attn.value_embed.weight")[np.asarray(ids).reshape(-1)]  # [T, KVH hd]
+    z = h[:, :VALUE_GATE_DIM] @ _w(tensors, p + "attn.value_gate.weight").T  # [T, KVH]
+    gate = 2.0 / (1.0 + np.exp(-z))  # [T, KVH] in (0, 2)
+    return np.repeat(gate, table.shape[1] // kvh, axis=1) * table  # [T, KVH hd]
+
+
 def _attention(cfg: dict, tensors: dict, p: str, h: np.ndarray, positions: np.ndarray,
-               window: int) -> np.ndarray:
-    """Multi-head (GQA) causal attention of layer `p` on h [T, D] -> [T, D]."""
+               window: int, ids=None) -> np.ndarray:
+    """Multi-head (GQA) causal attention of layer `p` on h [T, D] -> [T, D]; ids [T] are
+    the rows' tokens (layers with a value embedding need them)."""
     H, KVH, hd = cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"]
     q, k, v = _qkv(cfg, tensors, p, h)
+    if p + "attn.value_embed.weight" in tensors:
+        v = v + _value_embedding(tensors, p, h, ids, KVH)
     mask = _visible(positions, window)  # [T, T]
     heads = []
     for i in range(H):
@@ -244,10 +259,11 @@ def _mlp(cfg: dict, tensors: dict, p: str, h: np.ndarray) -> np.ndarray:
 
 
 def layer(cfg: dict, tensors: dict, p: str, h: np.ndarray, positions: np.ndarray,
-          window: int = 0) -> np.ndarray:
-    """One transformer layer with tensor prefix `p` by norm_placement. h [T, D] -> [T, D]."""
+          window: int = 0, ids=None) -> np.ndarray:
+    """One transformer layer with tensor prefix `p` by norm_placement. h [T, D] -> [T, D];
+    ids [T]: the rows' tokens, for a layer with a value embedding."""
     n = lambda name, x: _norm(cfg, tensors, p + name, x)  # noqa: E731
-    attn = lambda x: _attention(cfg, tensors, p, x, positions, window)  # noqa: E731
+    attn = lambda x: _attention(cfg, tensors, p, x, positions, window, ids)  # noqa: E731
     mlp = lambda x: _mlp(cfg, tensors, p, x)  # noqa: E731
     placement = cfg["norm_placement"]
     if placement == "pre":
@@ -261,9 +277,9 @@ def layer(cfg: dict, tensors: dict, p: str, h: np.ndarray, positions: np.ndarray
     return h + n("mlp_post_norm", mlp(n("mlp_norm", h)))
 
 
-def _layers(cfg, tensors, prefixes, h, positions, window, trace=None):
+def _layers(cfg, tensors, prefixes, h, positions, window, trace=None, ids=None):
     for p in prefixes:
-        h = layer(cfg, tensors, p, h, positions, window)
+        h = layer(cfg, tensors, p, h, positions, window, ids)
         if trace is not None:
             trace.append(h)
     return h
@@ -337,9 +353,9 @@ def embed(cfg: dict, tensors: dict, ids, positions=None) -> np.ndarray:
     return e
 
 
-def pre_blocks(cfg, tensors, e, positions, window=0, trace=None) -> np.ndarray:
+def pre_blocks(cfg, tensors, e, positions, window=0, trace=None, ids=None) -> np.ndarray:
     """x = pre_blocks(e), then prelude_norm when the config has one. [T, D]."""
-    x = _layers(cfg, tensors, layer_prefixes(cfg)["pre"], e, positions, window, trace)
+    x = _layers(cfg, tensors, layer_prefixes(cfg)["pre"], e, positions, window, trace, ids)
     return _norm(cfg, tensors, "prelude_norm", x) if cfg["prelude_norm"] else x
 
 
@@ -362,18 +378,18 @@ def _inject(cfg: dict, tensors: dict, s: np.ndarray, x: np.ndarray) -> np.ndarra
     return _matmul(tensors, "inject.weight", np.concatenate([s, x], axis=1))  # [T, 2D] -> [T, D]
 
 
-def loop_iteration(cfg, tensors, s, x, positions=None, window=0) -> np.ndarray:
+def loop_iteration(cfg, tensors, s, x, positions=None, window=0, ids=None) -> np.ndarray:
     """One iteration: inject, the loop block, loop_norm. s, x [T, D] -> [T, D]."""
     cfg = normalize_config(cfg)
     positions = np.arange(len(s)) if positions is None else np.asarray(positions)
     s = _inject(cfg, tensors, s, x)
-    s = _layers(cfg, tensors, layer_prefixes(cfg)["loop"], s, positions, window)
+    s = _layers(cfg, tensors, layer_prefixes(cfg)["loop"], s, positions, window, ids=ids)
     if cfg["loop_norm"]:
         s = _norm(cfg, tensors, "loop_norm", s)
     return s
 
 
-def _readout(cfg, tensors, s, positions, window, states=None) -> np.ndarray:
+def _readout(cfg, tensors, s, positions, window, states=None, ids=None) -> np.ndarray:
     """post_loop_norm, post_loop_proj, post blocks, final norm, head. s [T, D] -> logits [T, V]."""
     if cfg["post_loop_norm"] == "final":
         s = _norm(cfg, tensors, "final_norm", s)  # Huginn's ln_f, used a second time below
@@ -382,7 +398,7 @@ def _readout(cfg, tensors, s, positions, window, states=None) -> np.ndarray:
     if cfg["post_loop_proj"]:
         s = _matmul(tensors, "post_loop_proj.weight", s)  # Parcae's C [D, D]
     post = [] if states is not None else None
-    y = _layers(cfg, tensors, layer_prefixes(cfg)["post"], s, positions, window, post)
+    y = _layers(cfg, tensors, layer_prefixes(cfg)["post"], s, positions, window, post, ids)
     if cfg["final_norm"]:
         y = _norm(cfg, tensors, "final_norm", y)
     if states is not None:
@@ -391,11 +407,11 @@ def _readout(cfg, tensors, s, positions, window, states=None) -> np.ndarray:
     return _matmul(tensors, "embed.weight" if cfg["tie_embeddings"] else "head.weight", y)  # [T, V]
 
 
-def readout(cfg, tensors, state, positions=None, window=0) -> np.ndarray:
+def readout(cfg, tensors, state, positions=None, window=0, ids=None) -> np.ndarray:
     """Logits [T, V] the model emits from a loop state [T, D] (used by the logit lens)."""
     cfg = normalize_config(cfg)
     positions = np.arange(len(state)) if positions is None else np.asarray(positions)
-    return _readout(cfg, tensors, np.asarray(state, dtype=np.float64), positions, window)
+    return _readout(cfg, tensors, np.asarray(state, dtype=np.float64), positions, window, ids=ids)
 
 
 def forward(cfg, tensors, ids, loops, window=0, return_states=False, quant_activations="f32"):
@@ -424,13 +440,13 @@ def forward(cfg, tensors, ids, loops, window=0, return_states=False, quant_activ
     positions = np.arange(len(ids))  # [T]
     states = {"pre": []}
     e = embed(cfg, tensors, ids, positions)  # [T, D]
-    x = pre_blocks(cfg, tensors, e, positions, window, states["pre"])  # [T, D]
+    x = pre_blocks(cfg, tensors, e, positions, window, states["pre"], ids)  # [T, D]
     s = initial_state(cfg, x, positions)  # [T, D]
     states.update(embed=e, init=s, iterations=[])
     for _ in range(loops):
-        s = loop_iteration(cfg, tensors, s, x, positions, window)  # [T, D]
+        s = loop_iteration(cfg, tensors, s, x, positions, window, ids)  # [T, D]
         states["iterations"].append(s)
-    logits = _readout(cfg, tensors, s, positions, window, states)  # [T, V]
+    logits = _readout(cfg, tensors, s, positions, window, states, ids)  # [T, V]
     return (logits, states) if return_states else logits
 
 

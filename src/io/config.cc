@@ -167,6 +167,7 @@ const FieldSpec kFields[] = {
     TL_FIELD(attn_out_bias, read_bool),
     TL_FIELD(mlp_bias, read_bool),
     TL_FIELD(qk_norm, read_bool),
+    TL_FIELD(value_embed_layers, read_int_list),
     TL_ENUM(pos_encoding, kPosEncodings),
     TL_FIELD(rope_theta, read_float),
     TL_ENUM(mlp, kMlps),
@@ -330,6 +331,22 @@ void check_exit_gate(const ModelConfig& c) {
     fail("field 'exit_gate_step' must be >= 1 when 'exit_gate_mode' is 'step'");
 }
 
+// Indices over the pre, loop and post layers, increasing; the gate reads kValueGateDim
+// channels of the normed input.
+void check_value_embed_layers(const ModelConfig& c) {
+  const int64_t n = checked_add(checked_add(c.n_pre_blocks, c.n_loop_layers, "layers"), c.n_post_blocks, "layers");
+  for (size_t k = 0; k < c.value_embed_layers.size(); ++k) {
+    const int64_t i = c.value_embed_layers[k];
+    if (i < 0 || i >= n)
+      fail("field 'value_embed_layers' has layer " + std::to_string(i) + " outside [0, " +
+           std::to_string(n) + ") (the pre, loop and post layers in order)");
+    if (k > 0 && i <= c.value_embed_layers[k - 1]) fail("field 'value_embed_layers' must be increasing");
+  }
+  if (!c.value_embed_layers.empty() && c.dim < kValueGateDim)
+    fail("field 'value_embed_layers': the gate reads " + std::to_string(kValueGateDim) +
+         " channels, 'dim' is " + std::to_string(c.dim));
+}
+
 void check_token_id(int64_t id, int64_t vocab, const char* field) {
   if (id < 0 || id >= vocab)
     fail("field " + quoted(field) + " has token id " + std::to_string(id) +
@@ -361,6 +378,7 @@ void check_consistency(const ModelConfig& c) {
   check_floats(c);
   check_options(c);
   check_exit_gate(c);
+  check_value_embed_layers(c);
   check_token_ids(c);
   check_derived_sizes(c);
 }
@@ -399,17 +417,24 @@ void add_mlp(ShapeMap& m, const ModelConfig& c, const std::string& p) {
   add_linear(m, p + "mlp.w_down", c.dim, c.ffn_dim, c.mlp_bias);
 }
 
-void add_layer(ShapeMap& m, const ModelConfig& c, const std::string& p) {
+void add_layer(ShapeMap& m, const ModelConfig& c, const std::string& p, bool value_embed) {
   add_norm(m, c, p + "attn_norm");
   if (c.sandwich()) add_norm(m, c, p + "attn_post_norm");
   add_norm(m, c, p + "mlp_norm");
   if (c.sandwich()) add_norm(m, c, p + "mlp_post_norm");
   add_attention(m, c, p);
+  if (value_embed) {
+    m[p + "attn.value_embed.weight"] = {c.vocab_size, checked_mul(c.n_kv_heads, c.head_dim, "kv width")};
+    m[p + "attn.value_gate.weight"] = {c.n_kv_heads, kValueGateDim};
+  }
   add_mlp(m, c, p);
 }
 
-void add_layers(ShapeMap& m, const ModelConfig& c, const char* prefix, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) add_layer(m, c, prefix + std::to_string(i) + ".");
+// `count` layers named prefix0., prefix1., ...; `first` is the first one's index over the
+// pre, loop and post layers (value_embed_layers counts that way).
+void add_layers(ShapeMap& m, const ModelConfig& c, const char* prefix, int64_t count, int64_t first) {
+  for (int64_t i = 0; i < count; ++i)
+    add_layer(m, c, prefix + std::to_string(i) + ".", c.has_value_embed(first + i));
 }
 
 }  // namespace
@@ -447,6 +472,7 @@ std::string config_to_json(const ModelConfig& c) {
   j["attn_out_bias"] = c.attn_out_bias;
   j["mlp_bias"] = c.mlp_bias;
   j["qk_norm"] = c.qk_norm;
+  j["value_embed_layers"] = c.value_embed_layers;
   j["pos_encoding"] = enum_name(c.pos_encoding, kPosEncodings);
   j["rope_theta"] = c.rope_theta;
   j["mlp"] = enum_name(c.mlp, kMlps);
@@ -477,9 +503,9 @@ std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelCo
   if (c.pos_encoding == PosEncoding::Learned) m["pos_emb.weight"] = {c.max_seq_len, c.dim};
   if (c.inject == Inject::LinearConcat)
     m["inject.weight"] = {c.dim, checked_mul(2, c.dim, "2 * dim")};
-  add_layers(m, c, "pre.", c.n_pre_blocks);
-  add_layers(m, c, "loop.", c.n_loop_layers);
-  add_layers(m, c, "post.", c.n_post_blocks);
+  add_layers(m, c, "pre.", c.n_pre_blocks, 0);
+  add_layers(m, c, "loop.", c.n_loop_layers, c.n_pre_blocks);
+  add_layers(m, c, "post.", c.n_post_blocks, c.n_pre_blocks + c.n_loop_layers);
   if (c.prelude_norm) add_norm(m, c, "prelude_norm");
   if (c.loop_norm) add_norm(m, c, "loop_norm");
   if (c.post_loop_norm == PostLoopNorm::Own) add_norm(m, c, "post_loop_norm");

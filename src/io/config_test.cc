@@ -53,6 +53,7 @@ TEST(ParseConfig, DefaultsFollowTheDocTable) {
   EXPECT_FALSE(c.attn_out_bias);
   EXPECT_FALSE(c.mlp_bias);
   EXPECT_FALSE(c.qk_norm);
+  EXPECT_TRUE(c.value_embed_layers.empty());
   EXPECT_EQ(c.pos_encoding, PosEncoding::RopeHalf);
   EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
   EXPECT_EQ(c.mlp, MlpType::SwiGLU);
@@ -111,6 +112,9 @@ TEST(ParseConfig, RoundTripsThroughConfigToJson) {
   j["qk_norm"] = true;
   j["prelude_norm"] = true;
   j["post_loop_proj"] = true;
+  j["dim"] = 36;  // a value-embedding gate reads 32 channels
+  j["n_heads"] = 6;
+  j["value_embed_layers"] = {0};
   const ModelConfig a = parse_config(j.dump());
   const ModelConfig b = parse_config(config_to_json(a));
   EXPECT_EQ(config_to_json(a), config_to_json(b));
@@ -121,11 +125,25 @@ TEST(ParseConfig, RoundTripsThroughConfigToJson) {
   EXPECT_EQ(b.norm_placement, NormPlacement::OuroSandwich);
   EXPECT_EQ(b.mlp, MlpType::ReLU2);
   EXPECT_TRUE(b.qk_norm && b.prelude_norm && b.post_loop_proj);
+  EXPECT_EQ(b.value_embed_layers, (std::vector<int64_t>{0}));
+}
+
+TEST(ParseConfig, ValueEmbedLayersAreIncreasingLayerIndices) {
+  json j = minimal();  // one loop layer, dim 8
+  j["dim"] = 32;
+  j["n_pre_blocks"] = 1;
+  j["n_post_blocks"] = 1;
+  EXPECT_EQ(parse_config(with(j, "value_embed_layers", {0, 2}).dump()).value_embed_layers,
+            (std::vector<int64_t>{0, 2}));
+  EXPECT_THAT(error_of(with(j, "value_embed_layers", {3})), HasSubstr("layer 3 outside [0, 3)"));
+  EXPECT_THAT(error_of(with(j, "value_embed_layers", {2, 1})), HasSubstr("must be increasing"));
+  EXPECT_THAT(error_of(with(j, "value_embed_layers", {1, 1})), HasSubstr("must be increasing"));
+  EXPECT_THAT(error_of(with(minimal(), "value_embed_layers", {0})), HasSubstr("the gate reads 32"));
 }
 
 TEST(ParseConfig, ConfigToJsonWritesEveryField) {
   const json j = json::parse(config_to_json(parse_config(minimal().dump())));
-  EXPECT_EQ(j.size(), 41u);
+  EXPECT_EQ(j.size(), 42u);
   EXPECT_TRUE(j.at("bos_id").is_null());
   EXPECT_EQ(j.at("norm_type"), "rmsnorm");
 }
@@ -321,6 +339,21 @@ TEST(ExpectedShapes, PreludeNormAndPostLoopProj) {
   EXPECT_EQ(m.at("post_loop_proj.weight"), (Shape{8, 8}));
   EXPECT_FALSE(m.count("post_loop_proj.bias"));
   EXPECT_EQ(m.size(), expected_tensor_shapes(base()).size() + 2);
+}
+
+TEST(ExpectedShapes, ValueEmbeddingsOnTheListedLayers) {
+  json j = minimal();
+  j["dim"] = 32;
+  j["n_kv_heads"] = 1;
+  j["n_pre_blocks"] = 1;
+  j["n_post_blocks"] = 1;
+  j["value_embed_layers"] = {1, 2};  // loop.0 and post.0
+  const auto m = expected_tensor_shapes(parse_config(j.dump()));
+  EXPECT_FALSE(m.count("pre.0.attn.value_embed.weight"));
+  for (const char* p : {"loop.0.", "post.0."}) {
+    EXPECT_EQ(m.at(std::string(p) + "attn.value_embed.weight"), (Shape{16, 16})) << p;  // [V, KVH hd]
+    EXPECT_EQ(m.at(std::string(p) + "attn.value_gate.weight"), (Shape{1, 32})) << p;   // [KVH, 32]
+  }
 }
 
 TEST(ExpectedShapes, GlobalOptionalTensors) {

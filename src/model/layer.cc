@@ -1,6 +1,7 @@
 #include "model/layer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -100,11 +101,39 @@ void attend_store_h(const ModelConfig& c, const LayerWeights& L, int64_t slot, c
   ops::attention(q, T, c.n_heads, view, pos, k_lo, out);
 }
 
+// v[t] += 2 sigmoid(value_gate . x[t, :kValueGateDim]) * value_embed[token t], per kv head
+// (Parcae's value embedding). x [T, D] normed input, v [T, KVH hd].
+void add_value_embedding(const ModelConfig& c, const LayerWeights& L, const float* x,
+                         const RowBatch& b, float* v) {
+  if (!b.tokens) throw std::logic_error("a layer with a value embedding needs its rows' token ids");
+  const int64_t KVH = c.n_kv_heads, hd = c.head_dim, kw = kv_width(c);
+  std::vector<float> gate_w(static_cast<size_t>(KVH * kValueGateDim));  // [KVH, 32] as float
+  for (int64_t g = 0; g < KVH; ++g) ops::weight_row_to_f32(L.value_gate, g, gate_w.data() + g * kValueGateDim);
+  std::vector<float> row(static_cast<size_t>(kw));  // [KVH hd] the token's table row
+  for (int64_t t = 0; t < b.T; ++t) {
+    ops::weight_row_to_f32(L.value_embed, b.tokens[t], row.data());
+    const float* xt = x + t * c.dim;
+    float* vt = v + t * kw;
+    for (int64_t g = 0; g < KVH; ++g) {
+      float z = 0.f;
+      for (int64_t i = 0; i < kValueGateDim; ++i) z += gate_w[size_t(g * kValueGateDim + i)] * xt[i];
+      const float gate = 2.f / (1.f + std::exp(-z));  // in (0, 2)
+      for (int64_t j = 0; j < hd; ++j) vt[g * hd + j] += gate * row[size_t(g * hd + j)];
+    }
+  }
+}
+
 // ws.proj[T, D] = attention sublayer output (before the residual) of normed input x.
 void attention_sublayer(const ModelConfig& c, const LayerWeights& L, const LayerApp& app,
                         const float* x, const RowBatch& b, Workspace& ws) {
   const int64_t T = b.T, qw = q_width(c), kw = kv_width(c);
   project_qkv(c, L, x, T, ws);
+  if (L.value_embed.data) {
+    // Store-h rebuilds V of every visible position from stored h alone, without the tokens.
+    if (ops::is_store_h(b.groups.front().kv->dtype()))
+      throw std::invalid_argument("store-h kv_mode (h_fp16, h_int8, h_int4) does not support value embeddings");
+    add_value_embedding(c, L, x, b, ws.v.data());
+  }
   position_qk(c, ws.q.data(), T, c.n_heads, b.pos);
   if (ws.router) {
     if (b.groups.size() != 1) throw std::logic_error("an attention router serves one sequence");

@@ -44,8 +44,12 @@ struct RowBatch {
   const int64_t* pos = nullptr;  // [T] absolute positions
   int64_t T = 0;
   std::vector<RowGroup> groups;  // cover rows 0 .. T-1 in order, without gaps
+  // [T] the rows' token ids: layers with a value embedding read them (null elsewhere is fine).
+  const int32_t* tokens = nullptr;
   // T rows of one sequence.
-  static RowBatch one(KvCache& kv, const int64_t* pos, int64_t T) { return {pos, T, {{&kv, 0, T}}}; }
+  static RowBatch one(KvCache& kv, const int64_t* pos, int64_t T, const int32_t* tokens = nullptr) {
+    return {pos, T, {{&kv, 0, T}}, tokens};
+  }
   // The first group's cache (single-sequence callers, routers).
   KvCache& only() const;
 };

@@ -41,8 +41,10 @@ void LoopedModel::prelude(const int32_t* tokens, const RowBatch& b, Workspace& w
     }
   }
   if (trace) std::memcpy(trace, x, sizeof(float) * T * D);
+  RowBatch bt = b;  // the pre layers' value embeddings read the tokens
+  bt.tokens = tokens;
   for (int64_t i = 0; i < cfg_.n_pre_blocks; ++i) {
-    run_layer(cfg_, w_.pre[i], LayerApp::pre(i), x, b, ws);
+    run_layer(cfg_, w_.pre[i], LayerApp::pre(i), x, bt, ws);
     if (trace) std::memcpy(trace + (i + 1) * T * D, x, sizeof(float) * T * D);
   }
   if (cfg_.prelude_norm) apply_norm(cfg_, w_.prelude_norm, x, T, x);
@@ -112,10 +114,10 @@ void LoopedModel::readout(float* s, const RowBatch& b, Workspace& ws, const int6
 }
 
 void LoopedModel::readout(float* s, const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws,
-                          LogitRows rows, float* logits) const {
+                          LogitRows rows, float* logits, const int32_t* tokens) const {
   std::vector<int64_t> out(rows == LogitRows::All ? T : 1);  // [rows] which rows get logits
   for (size_t r = 0; r < out.size(); ++r) out[r] = rows == LogitRows::All ? int64_t(r) : T - 1;
-  readout(s, RowBatch::one(kv, pos, T), ws, out.data(), int64_t(out.size()), logits);
+  readout(s, RowBatch::one(kv, pos, T, tokens), ws, out.data(), int64_t(out.size()), logits);
 }
 
 int64_t LoopedModel::max_chunk(const KvCache& kv, int64_t T) const {
@@ -146,15 +148,16 @@ void LoopedModel::forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRo
     std::vector<float> x(n * D), s(n * D);            // [n, D] loop input, loop state
     prelude(tokens + done, pos.data(), n, kv, ws, x.data());
     initial_state(x.data(), RowBatch::one(kv, pos.data(), n), s.data());
-    for (int64_t i = 0; i < loops; ++i) iteration(i, s.data(), x.data(), pos.data(), n, kv, ws);
+    const int32_t* chunk = tokens + done;              // [n]
+    for (int64_t i = 0; i < loops; ++i) iteration(i, s.data(), x.data(), pos.data(), n, kv, ws, chunk);
     const bool last_chunk = done + n == T;
     if (rows == LogitRows::All) {
-      readout(s.data(), pos.data(), n, kv, ws, LogitRows::All, logits.data() + done * V);
+      readout(s.data(), pos.data(), n, kv, ws, LogitRows::All, logits.data() + done * V, chunk);
     } else if (last_chunk) {
-      readout(s.data(), pos.data(), n, kv, ws, LogitRows::Last, logits.data());
+      readout(s.data(), pos.data(), n, kv, ws, LogitRows::Last, logits.data(), chunk);
     } else {
       // Earlier chunks still need their post-block K/V; their logits are not wanted.
-      readout(s.data(), RowBatch::one(kv, pos.data(), n), ws, nullptr, 0, nullptr);
+      readout(s.data(), RowBatch::one(kv, pos.data(), n, chunk), ws, nullptr, 0, nullptr);
     }
     kv.advance(n);
     done += n;

@@ -63,18 +63,19 @@ class LoopedModel {
   void readout(float* s, const RowBatch& b, Workspace& ws, const int64_t* out_rows,
                int64_t n_out, float* logits) const;
 
-  // The same steps for T rows of one sequence (positions pos[T] of kv).
+  // The same steps for T rows of one sequence (positions pos[T] of kv). tokens [T]: the
+  // rows' ids, which layers with a value embedding need in every step (null without them).
   void prelude(const int32_t* tokens, const int64_t* pos, int64_t T, KvCache& kv,
                Workspace& ws, float* x, float* trace = nullptr) const {
-    prelude(tokens, RowBatch::one(kv, pos, T), ws, x, trace);
+    prelude(tokens, RowBatch::one(kv, pos, T, tokens), ws, x, trace);
   }
   void iteration(int64_t i, float* s, const float* x, const int64_t* pos, int64_t T,
-                 KvCache& kv, Workspace& ws) const {
-    iteration(i, s, x, RowBatch::one(kv, pos, T), ws);
+                 KvCache& kv, Workspace& ws, const int32_t* tokens = nullptr) const {
+    iteration(i, s, x, RowBatch::one(kv, pos, T, tokens), ws);
   }
   // logits[rows, V], rows = 1 (Last) or T (All).
   void readout(float* s, const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws,
-               LogitRows rows, float* logits) const;
+               LogitRows rows, float* logits, const int32_t* tokens = nullptr) const;
 
   // The whole forward of T new tokens appended to the sequence in kv (positions
   // kv.length() ..), at `loops` iterations (<= kv.loops(), the iterations kv has slots for;

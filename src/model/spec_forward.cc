@@ -12,6 +12,10 @@ SpecForward::SpecForward(const LoopedModel& m, KvCache& kv, int64_t draft_loops,
     throw std::logic_error("SpecForward: need 1 <= draft_loops <= verify_loops <= cache loops");
   if (kv.slot_count() < kv.layout().count() + m.config().n_post_blocks)
     throw std::logic_error("SpecForward: the cache needs n_post_blocks extra slots");
+  // Its iterations and readouts carry positions only, while value embeddings need each
+  // row's token (and draft-tree nodes share positions).
+  if (!m.config().value_embed_layers.empty())
+    throw std::invalid_argument("speculative decoding does not support value embeddings yet");
   ws_.router = &router_;
   reserve(1);
 }

@@ -69,7 +69,7 @@ Linear linear(const ModelFile& f, const std::string& prefix, bool has_bias) {
   return l;
 }
 
-LayerWeights layer(const ModelFile& f, const ModelConfig& c, const std::string& p) {
+LayerWeights layer(const ModelFile& f, const ModelConfig& c, const std::string& p, bool value_embed) {
   LayerWeights L;
   const bool nb = c.norm_bias;
   L.attn_norm = norm(f, p + "attn_norm", nb);
@@ -86,6 +86,10 @@ LayerWeights layer(const ModelFile& f, const ModelConfig& c, const std::string& 
     L.wv = linear(f, p + "attn.wv", c.attn_qkv_bias);
   }
   L.wo = linear(f, p + "attn.wo", c.attn_out_bias);
+  if (value_embed) {
+    L.value_embed = matrix(f, p + "attn.value_embed.weight");
+    L.value_gate = matrix(f, p + "attn.value_gate.weight");
+  }
   if (c.mlp == MlpType::SwiGLU) L.w_gate = linear(f, p + "mlp.w_gate", c.mlp_bias);
   L.w_up = linear(f, p + "mlp.w_up", c.mlp_bias);
   L.w_down = linear(f, p + "mlp.w_down", c.mlp_bias);
@@ -100,9 +104,14 @@ ModelWeights bind_weights(const ModelFile& f) {
   w.embed = matrix(f, "embed.weight");
   if (c.pos_encoding == PosEncoding::Learned) w.pos_emb = matrix(f, "pos_emb.weight");
   if (c.inject == Inject::LinearConcat) w.inject = linear(f, "inject", false);
-  for (int64_t i = 0; i < c.n_pre_blocks; ++i) w.pre.push_back(layer(f, c, "pre." + std::to_string(i) + "."));
-  for (int64_t i = 0; i < c.n_loop_layers; ++i) w.loop.push_back(layer(f, c, "loop." + std::to_string(i) + "."));
-  for (int64_t i = 0; i < c.n_post_blocks; ++i) w.post.push_back(layer(f, c, "post." + std::to_string(i) + "."));
+  // value_embed_layers indexes the pre, loop and post layers in that order.
+  const int64_t loop0 = c.n_pre_blocks, post0 = c.n_pre_blocks + c.n_loop_layers;
+  for (int64_t i = 0; i < c.n_pre_blocks; ++i)
+    w.pre.push_back(layer(f, c, "pre." + std::to_string(i) + ".", c.has_value_embed(i)));
+  for (int64_t i = 0; i < c.n_loop_layers; ++i)
+    w.loop.push_back(layer(f, c, "loop." + std::to_string(i) + ".", c.has_value_embed(loop0 + i)));
+  for (int64_t i = 0; i < c.n_post_blocks; ++i)
+    w.post.push_back(layer(f, c, "post." + std::to_string(i) + ".", c.has_value_embed(post0 + i)));
   if (c.prelude_norm) w.prelude_norm = norm(f, "prelude_norm", c.norm_bias);
   if (c.loop_norm) w.loop_norm = norm(f, "loop_norm", c.norm_bias);
   if (c.final_norm) w.final_norm = norm(f, "final_norm", c.norm_bias);

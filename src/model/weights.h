@@ -33,6 +33,8 @@ struct LayerWeights {
   Linear wqkv;                 // [(H + 2 KVH) hd, D] when qkv_fused
   Linear wq, wk, wv;           // [H hd, D], [KVH hd, D], [KVH hd, D] otherwise
   Linear wo;                   // [D, H hd]
+  ops::WeightView value_embed; // [V, KVH hd] (value_embed_layers only; data null otherwise)
+  ops::WeightView value_gate;  // [KVH, kValueGateDim]
   Linear w_gate;               // [F, D] (swiglu)
   Linear w_up;                 // [F, D]
   Linear w_down;               // [D, F]

@@ -14,6 +14,7 @@ void StepScratch::reserve(int64_t T) {
   tokens.resize(size_t(T));
   pos.resize(size_t(T));
   apos.resize(size_t(T));
+  atokens.resize(size_t(T));
   for (auto* b : {&x, &s, &xa, &sa, &prev, &probe}) b->resize(size_t(T * D));
   rows_ = T;
   tracked_ = model::TrackedBytes(&m_.memory(), ws.bytes() + 6 * T * D * int64_t(sizeof(float)));
@@ -63,7 +64,7 @@ void run_step(const model::LoopedModel& m, std::vector<StepPart>& parts, StepScr
   }
   sc.reserve(T);
   std::vector<PartState> st(static_cast<size_t>(P));
-  model::RowBatch all{sc.pos.data(), T, {}};
+  model::RowBatch all{sc.pos.data(), T, {}, sc.tokens.data()};
   all.groups.reserve(size_t(P));
   for (int64_t i = 0, t = 0; i < P; ++i) {
     StepPart& p = parts[size_t(i)];
@@ -94,7 +95,7 @@ void run_step(const model::LoopedModel& m, std::vector<StepPart>& parts, StepScr
   };
   for (int64_t it = 0; it < max_loops; ++it) {
     // The rows still in the loop: every row, or a gathered subset.
-    model::RowBatch sub{sc.apos.data(), 0, {}};
+    model::RowBatch sub{sc.apos.data(), 0, {}, sc.atokens.data()};
     for (int64_t i = 0; i < P; ++i)
       if (in_loop(i, it)) {
         const StepPart& p = parts[size_t(i)];
@@ -115,6 +116,7 @@ void run_step(const model::LoopedModel& m, std::vector<StepPart>& parts, StepScr
         copy_rows(x, b, n, D, sc.xa.data(), a);
         copy_rows(s, b, n, D, sc.sa.data(), a);
         std::copy(sc.pos.begin() + b, sc.pos.begin() + b + n, sc.apos.begin() + a);
+        std::copy(sc.tokens.begin() + b, sc.tokens.begin() + b + n, sc.atokens.begin() + a);
         a += n;
       }
       m.iteration(it, sc.sa.data(), sc.xa.data(), sub, sc.ws);
@@ -127,7 +129,7 @@ void run_step(const model::LoopedModel& m, std::vector<StepPart>& parts, StepScr
     }
     // Probes after it + 1 iterations. Margin probes read out the rows that ask (their
     // post slots are rewritten by the final readout unless they stop here).
-    model::RowBatch pb{sc.apos.data(), 0, {}};
+    model::RowBatch pb{sc.apos.data(), 0, {}, sc.atokens.data()};
     std::vector<int64_t> probed, out_rows;  // parts probing in margin mode; their rows in pb
     for (int64_t i = 0; i < P; ++i) {
       if (!probes(i, it + 1)) continue;
@@ -136,6 +138,7 @@ void run_step(const model::LoopedModel& m, std::vector<StepPart>& parts, StepScr
       if (p.early_exit->margin_mode()) {
         copy_rows(s, ps.begin, 1, D, sc.probe.data(), pb.T);
         sc.apos[size_t(pb.T)] = sc.pos[size_t(ps.begin)];
+        sc.atokens[size_t(pb.T)] = sc.tokens[size_t(ps.begin)];
         pb.groups.push_back({p.kv, pb.T, 1});
         out_rows.push_back(pb.T++);
         probed.push_back(i);
@@ -160,7 +163,7 @@ void run_step(const model::LoopedModel& m, std::vector<StepPart>& parts, StepScr
         }
       }
     }
-    model::RowBatch gb{sc.apos.data(), 0, {}};  // Weighted gates: rows read out after this iteration
+    model::RowBatch gb{sc.apos.data(), 0, {}, sc.atokens.data()};  // Weighted gates: rows read out after this iteration
     std::vector<int64_t> mixing, gate_rows;     // their parts; their rows in gb
     for (int64_t i = 0; i < P; ++i) {
       if (!in_loop(i, it)) continue;
@@ -180,6 +183,7 @@ void run_step(const model::LoopedModel& m, std::vector<StepPart>& parts, StepScr
         if (ps.gate_mix.empty()) ps.gate_mix.assign(size_t(V), 0.0f);
         copy_rows(s, row, 1, D, sc.probe.data(), gb.T);
         sc.apos[size_t(gb.T)] = sc.pos[size_t(row)];
+        sc.atokens[size_t(gb.T)] = sc.tokens[size_t(row)];
         gb.groups.push_back({p.kv, gb.T, 1});
         gate_rows.push_back(gb.T++);
         mixing.push_back(i);

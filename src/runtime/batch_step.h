@@ -62,6 +62,7 @@ class StepScratch {
   std::vector<float> prev;       // [T, D] states before a hidden-L2 probe
   std::vector<float> probe;      // [T, D] states a margin probe reads out (clobbered)
   std::vector<int64_t> apos;     // [T] positions of the gathered rows
+  std::vector<int32_t> atokens;  // [T] their tokens (layers with a value embedding read them)
 
  private:
   const model::LoopedModel& m_;

@@ -15,6 +15,7 @@ LoopRun::LoopRun(const model::LoopedModel& m, model::KvCache& kv, const int32_t*
   const int64_t D = m.config().dim;
   pos_.resize(T);
   for (int64_t t = 0; t < T; ++t) pos_[t] = kv.length() + t;
+  tokens_.assign(tokens, tokens + T);
   x_.resize(T * D);
   s_.resize(T * D);
   reserve();
@@ -49,7 +50,7 @@ void LoopRun::step() {
   if (done_ >= kv_.loops())
     throw std::logic_error("iteration " + std::to_string(done_) + " beyond the cache's " +
                            std::to_string(kv_.loops()) + " loop slots");
-  m_.iteration(done_, s_.data(), x_.data(), pos_.data(), T_, kv_, ws_);
+  m_.iteration(done_, s_.data(), x_.data(), pos_.data(), T_, kv_, ws_, row_tokens());
   ++done_;
 }
 
@@ -62,6 +63,7 @@ void LoopRun::keep_rows(int64_t n) {
   const int64_t D = m_.config().dim;
   T_ = n;
   pos_.resize(n);
+  if (!tokens_.empty()) tokens_.resize(n);
   x_.resize(n * D);
   s_.resize(n * D);
 }
@@ -69,7 +71,7 @@ void LoopRun::keep_rows(int64_t n) {
 void LoopRun::read_out(model::LogitRows rows, float* logits) {
   // readout normalises and runs the post blocks in place; keep s_ for deeper iterations.
   scratch_ = s_;
-  m_.readout(scratch_.data(), pos_.data(), T_, kv_, ws_, rows, logits);
+  m_.readout(scratch_.data(), pos_.data(), T_, kv_, ws_, rows, logits, row_tokens());
 }
 
 }  // namespace tinyloop::runtime

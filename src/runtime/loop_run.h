@@ -53,10 +53,12 @@ class LoopRun {
 
  private:
   void reserve();
+  const int32_t* row_tokens() const { return tokens_.empty() ? nullptr : tokens_.data(); }
   const model::LoopedModel& m_;
   model::KvCache& kv_;
   int64_t T_, done_ = 0;
   std::vector<int64_t> pos_;     // [T] absolute positions
+  std::vector<int32_t> tokens_;  // [T] the rows' ids (value embeddings); empty when resumed from a saved state
   std::vector<float> x_;         // [T, D] prelude output (the inject input)
   std::vector<float> s_;         // [T, D] loop state after done_ iterations
   std::vector<float> scratch_;   // [T, D] copy of s_ that readout may clobber

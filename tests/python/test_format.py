@@ -77,8 +77,9 @@ def test_normalize_fills_every_default():
     assert c["final_norm"] is True and c["tie_embeddings"] is False and c["exit_gate"] is False
     assert c["bos_id"] is None and c["eos_ids"] == []
     assert c["qk_norm"] is False and c["prelude_norm"] is False and c["post_loop_proj"] is False
+    assert c["value_embed_layers"] == []
     assert C.normalize_config(c) == c  # idempotent
-    assert len(c) == 41  # every field of the doc's table
+    assert len(c) == 42  # every field of the doc's table
 
 
 BASE = dict(dim=64, vocab_size=97, n_heads=4, ffn_dim=160, n_loop_layers=1)
