@@ -89,11 +89,22 @@ def parcae_tensors(c, rng):
     return t
 
 
+def add_value_embeddings(t, rng, layers=(1, 3, 5), gates=("prelude.1", "core_block.1")):
+    """Tables value_embeds.{n} [V, D] and gates attn.ve_gate [KVH, 32] as the authors' code
+    makes them; layer 5 (coda.1) gets a table but no gate, which their attention ignores."""
+    for n in layers:
+        t[f"value_embeds.{n}.weight"] = _rand(rng, (128, 48), 0.4)
+    for name in gates:
+        t[f"transformer.{name}.attn.ve_gate.weight"] = _rand(rng, (4, 32), 0.3)
+    return t
+
+
 VARIANTS = {
     "released_diagonal": dict(),
     "linear_untied_no_prelude_norm": dict(injection_type="linear", tie_embeddings=False,
                                           prelude_norm=False, qk_norm=False),
     "add": dict(injection_type="add", n_layers_in_recurrent_block=1),
+    "value_embeddings": dict(),  # + add_value_embeddings
 }
 
 
@@ -101,7 +112,10 @@ VARIANTS = {
 @pytest.mark.parametrize("steps", [1, 2, 3, 5])
 def test_parcae_matches_authors_forward(tmp_path, variant, steps):
     c = {**PARCAE, **VARIANTS[variant]}
-    t = parcae_tensors(c, np.random.default_rng(11))
+    rng = np.random.default_rng(11)
+    t = parcae_tensors(c, rng)
+    if variant == "value_embeddings":
+        add_value_embeddings(t, rng)
     folder = write_hf_folder(tmp_path / "hf", c, t)
     dst = str(tmp_path / "m.tinyloop")
     convert(folder, dst, progress=False)
@@ -109,6 +123,7 @@ def test_parcae_matches_authors_forward(tmp_path, variant, steps):
     assert m.config["default_loops"] == 8 and m.config["vocab_size"] == 128
     assert m.config["init_state"] == "zeros" and m.config["mlp"] == "relu2"
     assert m.config["post_loop_proj"] and m.config["qk_norm"] == c["qk_norm"]
+    assert m.config["value_embed_layers"] == ([1, 3] if variant == "value_embeddings" else [])
     want = parcae_forward(t, c, IDS, steps, np.zeros((len(IDS), c["n_embd"])))
     assert rel_err(reference.forward(m.config, m.tensors, IDS, steps), want) < 1e-6
     got = _engine(dst, steps)
@@ -143,10 +158,10 @@ def test_cached_decode_and_store_h_kv(tmp_path):
     with tl.Model(dst, kv_mode="fp32") as model:
         got = model.generate(IDS[:5], max_tokens=8, loops=3, stop_at_eos=False)
     assert got == reference.generate(m.config, m.tensors, IDS[:5], 8, 3, eos_ids=[])
-    with tl.Model(dst, kv_mode="h_fp16") as model:
-        store_h = model.score(IDS, loops=3)
+    with tl.Model(dst, kv_mode="h_fp16") as model:  # prefill 4 tokens, decode the rest
+        store_h = model._stepwise_logits(IDS, 4, loops=3)
     want = parcae_forward(t, c, IDS, 3, np.zeros((len(IDS), 48)))
-    assert rel_err(store_h, want) < 1e-2  # h rows stored as halves
+    assert rel_err(store_h, want[3:]) < 1e-2  # rows of positions 3 .. T-1; h stored as halves
 
 
 def _refused(tmp_path, over, match, edit=None):
@@ -167,12 +182,31 @@ def test_unknown_key_is_refused(tmp_path):
              r"config key 'state_noise_std' is not understood by the Parcae converter")
 
 
-def test_value_embeddings_are_refused(tmp_path):
-    def add_value_embeddings(t):
-        t["value_embeds.1.weight"] = np.zeros((128, 48), np.float32)
-        t["transformer.prelude.1.attn.ve_gate.weight"] = np.zeros((4, 32), np.float32)
-    _refused(tmp_path, {}, r"tensor 'transformer.prelude.1.attn.ve_gate.weight': Parcae value "
-                           r"embeddings .* are not supported", edit=add_value_embeddings)
+def test_value_embeddings_decode_with_their_tokens_and_refuse_store_h(tmp_path):
+    # Every decoded token looks up its own table row in each of its layers.
+    tl = pytest.importorskip("tinyloop_py")
+    c = dict(PARCAE)
+    rng = np.random.default_rng(14)
+    t = add_value_embeddings(parcae_tensors(c, rng), rng)
+    dst = str(tmp_path / "m.tinyloop")
+    convert(write_hf_folder(tmp_path / "hf", c, t), dst, progress=False)
+    m = read_model(dst)
+    with tl.Model(dst, kv_mode="fp32") as model:
+        got = model.generate(IDS[:5], max_tokens=8, loops=3, stop_at_eos=False)
+        stepwise = model._stepwise_logits(IDS, 4, loops=3)  # prefill 4 tokens, decode the rest
+    assert got == reference.generate(m.config, m.tensors, IDS[:5], 8, 3, eos_ids=[])
+    want = parcae_forward(t, c, IDS, 3, np.zeros((len(IDS), 48)))
+    assert rel_err(stepwise, want[3:]) < 1e-4  # rows of positions 3 .. T-1
+    # Store-h rebuilds V from stored h rows, which carry no token: refused, not wrong.
+    with tl.Model(dst, kv_mode="h_fp16") as model:
+        with pytest.raises(ValueError, match=r"store-h kv_mode .* does not support value embeddings"):
+            model._stepwise_logits(IDS, 4, loops=3)
+
+
+def test_value_embedding_of_a_missing_layer_is_refused(tmp_path):
+    # value_embeds.{n} for n beyond the 6 layers belongs to no layer of this config.
+    _refused(tmp_path, {}, r"tensor 'value_embeds.9.weight' is not used",
+             edit=lambda t: t.update({"value_embeds.9.weight": np.zeros((128, 48), np.float32)}))
 
 
 @pytest.mark.parametrize("over, match", [

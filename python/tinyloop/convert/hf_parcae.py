@@ -10,8 +10,10 @@ docs/convert.md, "Parcae"):
         x = core_block(x)
     x = C(x); x = coda(x); logits = lm_head(ln_f(x))      # C: a [D, D] linear
     block: x = x + attn(norm_1 x); x = x + mlp(norm_2 x)   # TransformerPreNormBlock
-    attn:  c_q / c_k / c_v, RoPE on adjacent pairs, then (qk_norm) q and k over their RMS
-           with no weight, causal softmax, c_proj
+    attn:  c_q / c_k / c_v; a layer with both value_embeds.{n} and attn.ve_gate adds
+           2 sigmoid(ve_gate h[:32]) * value_embeds.{n}[ids] to v (n counts prelude, core and
+           coda layers in order); RoPE on adjacent pairs, then (qk_norm) q and k over their
+           RMS with no weight, causal softmax, c_proj
     mlp:   proj(0.5 * relu(fc x)^2)                        # BaseMLP with ReLU2
     dt = softplus(dt_bias), A = exp(A_log)
 
@@ -19,14 +21,14 @@ Onto the family: prelude -> pre, core_block -> loop, coda -> post; the diagonal 
 is the linear map concat(x, e) -> [diag(exp(-dt A)) | diag(dt) B], so it becomes
 `inject: linear_concat` with that matrix (computed here in float64, stored float32);
 ln_prelude -> `prelude_norm`, C -> `post_loop_proj`, ReLU2's 0.5 is folded into w_down
-(exact: a power of two) and the MLP is `relu2`; `qk_norm` as is; ln_f -> final_norm.
-Family extensions made for Parcae: relu2, qk_norm, prelude_norm, post_loop_proj.
+(exact: a power of two) and the MLP is `relu2`; `qk_norm` as is; value embeddings ->
+`value_embed_layers` with `attn.value_embed` / `attn.value_gate`; ln_f -> final_norm.
+Family extensions made for Parcae: relu2, qk_norm, prelude_norm, post_loop_proj,
+value_embed_layers.
 
-Refused: value embeddings (`value_embeds.{i}` + `attn.ve_gate`, which the authors' current
-code adds to v on alternate layers; the family has no per-token value table), GQA (the
-core block's config forces n_kv_heads = n_heads there), a recurrent width, MLP width or
-head count that differs from the prelude's, and every option value the released configs
-do not use (docs/convert.md lists them).
+Refused: GQA (the core block's config forces n_kv_heads = n_heads there), a recurrent
+width, MLP width or head count that differs from the prelude's, and every option value the
+released configs do not use (docs/convert.md lists them).
 
 The authors' save_pretrained writes config.json as their config dataclass (no
 `architectures`; `model_class_name: "Parcae"`) and the weights as pytorch_model.bin, which
@@ -180,12 +182,16 @@ def _block_jobs(hf: str, tl: str, D: int, F: int) -> list[Job]:
             _half_down_job(hf, tl, D, F)]
 
 
-def _refuse_value_embeddings(folder: HFFolder) -> None:
-    for name in sorted(folder.shapes):
-        if name.startswith("value_embeds.") or name.endswith("attn.ve_gate.weight"):
-            raise ValueError(f"{folder.path}: tensor '{name}': Parcae value embeddings (a "
-                             f"per-token table added to v on alternate layers) are not "
-                             f"supported by the TinyLoop model family (docs/convert.md)")
+def _value_embedding(folder: HFFolder, hf: str, tl: str, n: int, V: int, D: int, H: int):
+    """Layer n's value embedding: jobs when the checkpoint has both its table
+    value_embeds.{n} [V, D] and its gate {hf}attn.ve_gate [H, 32] (the authors' mixer uses
+    them only together), else no jobs and the lone tensor's name, unused."""
+    table, gate = f"value_embeds.{n}.weight", hf + "attn.ve_gate.weight"
+    present = [name for name in (table, gate) if name in folder.shapes]
+    if len(present) < 2:
+        return [], set(present)
+    return [copy_job(table, (V, D), tl + "attn.value_embed.weight"),
+            copy_job(gate, (H, 32), tl + "attn.value_gate.weight")], set()
 
 
 def _inject(c: dict, src: str, D: int) -> tuple[dict, list[Job]]:
@@ -205,7 +211,6 @@ def plan_parcae(folder: HFFolder) -> Plan:
     c, src = folder.config, folder.path
     check_config_keys(c, src, "Parcae", understood=PARCAE_UNDERSTOOD, ignorable=PARCAE_IGNORABLE)
     _refuse_options(c, src)
-    _refuse_value_embeddings(folder)
     D, H, F, V = _dims(c, src)
     n_pre = config_int(c, src, "n_layers_in_prelude")
     n_loop = config_int(c, src, "n_layers_in_recurrent_block")
@@ -214,6 +219,19 @@ def plan_parcae(folder: HFFolder) -> Plan:
     prelude_norm = bool(c.get("prelude_norm", False))
     inject, inject_jobs = _inject(c, src, D)
     theta = (c.get("rope_settings") or {}).get("rope_base", 50_000)
+    jobs = [copy_job("transformer.wte.weight", (V, D), "embed.weight")] + inject_jobs
+    value_layers, unused = [], set()
+    n = 0  # the layer's index over prelude, core and coda (value_embeds.{n})
+    for group, count, ours in (("prelude", n_pre, "pre"), ("core_block", n_loop, "loop"),
+                               ("coda", n_post, "post")):
+        for i in range(count):
+            hf, tl = f"transformer.{group}.{i}.", f"{ours}.{i}."
+            jobs += _block_jobs(hf, tl, D, F)
+            ve_jobs, lone = _value_embedding(folder, hf, tl, n, V, D, H)
+            jobs += ve_jobs
+            value_layers += [n] if ve_jobs else []
+            unused |= lone
+            n += 1
     config = dict(
         dim=D, vocab_size=V, n_heads=H, n_kv_heads=H, head_dim=D // H, ffn_dim=F,
         n_pre_blocks=n_pre, n_loop_layers=n_loop, n_post_blocks=n_post,
@@ -223,18 +241,16 @@ def plan_parcae(folder: HFFolder) -> Plan:
         norm_placement="pre", qk_norm=bool(c.get("qk_norm", False)),
         pos_encoding="rope_interleaved", rope_theta=float(theta), mlp="relu2",
         prelude_norm=prelude_norm, post_loop_proj=True, final_norm=True,
-        tie_embeddings=tied, bos_id=folder.bos_id(), eos_ids=folder.eos_ids(),
-        **inject, **_init_state(c, src, D))
-    jobs = [copy_job("transformer.wte.weight", (V, D), "embed.weight")] + inject_jobs
-    for group, n, ours in (("prelude", n_pre, "pre"), ("core_block", n_loop, "loop"),
-                           ("coda", n_post, "post")):
-        for i in range(n):
-            jobs += _block_jobs(f"transformer.{group}.{i}.", f"{ours}.{i}.", D, F)
+        tie_embeddings=tied, value_embed_layers=value_layers, bos_id=folder.bos_id(),
+        eos_ids=folder.eos_ids(), **inject, **_init_state(c, src, D))
     if prelude_norm:
         jobs.append(copy_job("transformer.ln_prelude.weight", (D,), "prelude_norm.weight"))
     jobs += [copy_job("transformer.C.weight", (D, D), "post_loop_proj.weight"),
              copy_job("transformer.ln_f.weight", (D,), "final_norm.weight")]
-    ignored = {"freqs_cis"}  # a RoPE table the model registers as a persistent buffer
+    # freqs_cis: a RoPE table the model registers as a persistent buffer; unused: a value
+    # table without its layer's gate, or a gate without its table, which the authors'
+    # attention never reads.
+    ignored = {"freqs_cis"} | unused
     if tied:
         ignored.add("lm_head.weight")  # the state dict holds the tied copy under both names
     else:
