@@ -26,9 +26,11 @@ ratio (> 1: TinyLoop faster).
 model as a LlamaForCausalLM, eager, torch.set_num_threads(threads), in --torch-dtype weights
 (f32 by default; bf16, f16). Without --model TinyLoop also runs the benchmark model stored in
 each of those dtypes, so every PyTorch row has a same-precision TinyLoop column beside the
-main (F16) one; all engines alternate within every repetition. llama.cpp is then optional (skipped when llama_cpp is missing).
+main (F16) one; all engines alternate within every repetition. llama.cpp is then optional (skipped when
+llama_cpp is missing).
 
-Needs `pip install gguf llama-cpp-python` (and `torch transformers` for --torch). On GCC 12 build llama-cpp-python with AMX off
+Needs `pip install gguf llama-cpp-python` (and `torch transformers` for --torch). On GCC 12 build
+llama-cpp-python with AMX off
 (docs/benchmarks.md and research/llamacpp_baseline.md explain why):
     CMAKE_ARGS="-DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \\
                 -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'" \\

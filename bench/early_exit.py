@@ -34,7 +34,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 import numpy as np
 

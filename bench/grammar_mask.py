@@ -7,7 +7,8 @@
 Vocabulary: 49152 tokens. By default a byte-level BPE (Hugging Face `tokenizers`,
 ByteLevelBPETokenizer, the GPT-2 byte alphabet, "<|endoftext|>" as a special token) is
 trained on /work/shared/data/corpus to exactly 49152 tokens (about 7 s), and each token's
-bytes come from tinyloop.grammar_vocab.token_bytes (undoing the GPT-2 byte-to-unicode map). --synthetic uses 256 single bytes
+bytes come from tinyloop.grammar_vocab.token_bytes (undoing the GPT-2 byte-to-unicode map). --synthetic uses
+256 single bytes
 plus random byte strings with a BPE-like length distribution instead. --model PATH takes
 the vocabulary of a .tinyloop model's embedded tokenizer instead (tinyloop.text.token_bytes,
 exactly what generate(grammar=...) sees: special tokens are b"", so never allowed), and the

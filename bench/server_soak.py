@@ -136,7 +136,8 @@ def run(args) -> dict:
             except httpx.HTTPError:
                 pass
             if proc.poll() is not None or time.monotonic() > end:
-                raise RuntimeError("tinyloop serve did not start: " + (proc.stderr.read() if proc.poll() is not None else ""))
+                err = proc.stderr.read() if proc.poll() is not None else ""
+                raise RuntimeError("tinyloop serve did not start: " + err)
             time.sleep(0.1)
         rng = random.Random(args.seed)
         stats = {"whole": 0, "streamed": 0, "dropped": 0}

@@ -94,7 +94,8 @@ def main(argv=None) -> int:
         bad += not ok and how != "no grammar"
         shown = text.decode("utf-8", "backslashreplace").replace("|", "\\|").replace("\n", "\\n")
         code = f"`` {shown} ``" if "`" in shown else f"`{shown}`"
-        print(f"| {label} | {how} | {user.replace('|', '/')} | {code} | {n} | {'yes' if ok else ('no' if how == 'no grammar' else 'NO')} |",
+        verdict = "yes" if ok else ("no" if how == "no grammar" else "NO")
+        print(f"| {label} | {how} | {user.replace('|', '/')} | {code} | {n} | {verdict} |",
               flush=True)
     return 1 if bad else 0
 

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs every test: the C++ GoogleTest suites (Release, then again
-# under AddressSanitizer + UBSan) through CTest, a short libFuzzer run of every fuzz target
-# (scripts/fuzz.sh, FUZZ_SECONDS each, default 30), and the Python suite with pytest.
+# Sets everything up, then runs every test: a lint of the Python tree (scripts/lint.sh), the
+# C++ GoogleTest suites (Release, then again under AddressSanitizer + UBSan) through CTest, a
+# short libFuzzer run of every fuzz target (scripts/fuzz.sh, FUZZ_SECONDS each, default 30),
+# and the Python suite with pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 JOBS=${JOBS:-$(nproc)}
+
+echo "== Lint (ruff) =="
+bash scripts/lint.sh
 
 echo "== C++ tests (Release) =="
 cmake -S . -B build/cpp-release -DCMAKE_BUILD_TYPE=Release -DTINYLOOP_BUILD_TESTS=ON >/dev/null

@@ -5,7 +5,8 @@
     tinyloop inspect MODEL
     tinyloop quantize IN OUT --weights f16|bf16|int8|int4 [--group 32] [--eval-text FILE...]
     tinyloop convert SRC DST            (SRC: a .gguf file or a Hugging Face folder)
-    tinyloop random-model OUT [--kind llama|huginn|ouro] [--weight-dtype f32|f16|bf16|int8|int4] [--group G] [--set k=v ...]
+    tinyloop random-model OUT [--kind llama|huginn|ouro] [--weight-dtype f32|f16|bf16|int8|int4] [--group G]
+                          [--set k=v ...]
     tinyloop talk [--model PATH] [--loops L] ...
     tinyloop perplexity MODEL FILE... [--loops 1,2,4,8,16] [--ctx 256] [--tail-fraction 0.05]
     tinyloop bench [-p 512] [-n 128] [-L 8] [-t 2] [--weight-dtype f32,f16,bf16,int8,int4] [-r 3] [--json]

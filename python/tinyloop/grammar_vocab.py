@@ -26,7 +26,8 @@ _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 def gpt2_unicode_to_byte() -> dict[str, int]:
     """Inverse of GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others
     are shifted to U+0100 and up."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    keep = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+            + list(range(ord("®"), ord("ÿ") + 1)))
     table, shifted = {}, 0
     for b in range(256):
         if b in keep:

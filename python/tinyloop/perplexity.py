@@ -5,7 +5,8 @@
 Each file (or, with --tail-fraction f, its last ceil(f * n) characters: the held-out slice
 of the bundled model) is encoded with the model's tokenizer and followed by its EOS token;
 the streams are concatenated in the order given and cut into non-overlapping windows of
---ctx tokens (with --max-windows N, N of them spread evenly over the stream). Every token of a window except the first is predicted from the tokens before
+--ctx tokens (with --max-windows N, N of them spread evenly over the stream). Every token of a window except the
+first is predicted from the tokens before
 it in that window; perplexity is exp(mean negative log-likelihood) over all of them.
 """
 from __future__ import annotations

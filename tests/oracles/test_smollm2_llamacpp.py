@@ -218,7 +218,8 @@ def test_greedy_64_tokens_identical(llama, ours, prompt):
     got = model.generate(np.asarray(ids, dtype=np.int32), max_tokens=64, temperature=0.0,
                          repetition_penalty=1.0, stop_at_eos=False)[len(ids):]
     same = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), len(got))
-    print(f"\n[{llama.file_kind}, {MODE_FOR[llama.file_kind]}] {prompt!r}: {same}/64 tokens before the first difference; "
+    print(f"\n[{llama.file_kind}, {MODE_FOR[llama.file_kind]}] {prompt!r}: {same}/64 tokens before the first "
+          f"difference; "
           f"ours {tok.decode(got)!r}")
     assert same >= GREEDY_PREFIX[llama.file_kind], f"first difference at token {same}"
 

@@ -99,12 +99,10 @@ class _Decoder:
         x = self.prelude(tok, p)
         s = reference.initial_state(self.cfg, x[None], [p])[0]
         stable, n = 0, 0
-        logits = None
         while n < self.L:
             prev = s
             s = self.iteration(n, s, x, p)
             n += 1
-            logits = None
             probe = ee is not None and n < self.L and n >= ee["min_L"] and (n - ee["min_L"]) % ee["peek_every"] == 0
             if not probe:
                 continue

@@ -1,9 +1,7 @@
 """The `tinyloop` command line: generate, talk, perplexity, inspect, random-model."""
 import io
 import math
-import os
 
-import numpy as np
 import pytest
 
 import tinyloop_py as tl

@@ -29,8 +29,8 @@ _OURS = {"attn_norm": "attn_norm", "attn_q": "attn.wq", "attn_k": "attn.wk",
 
 
 def _shapes(m):
-    D, H, KVH, F, V = (m["embedding_length"], m["head_count"], m["head_count_kv"],
-                       m["feed_forward_length"], m["vocab"])
+    D, H, KVH, F = (m["embedding_length"], m["head_count"], m["head_count_kv"],
+                    m["feed_forward_length"])
     hd = D // H
     return {"attn_norm": (D,), "attn_q": (H * hd, D), "attn_k": (KVH * hd, D),
             "attn_v": (KVH * hd, D), "attn_output": (D, H * hd), "ffn_norm": (D,),

@@ -1,5 +1,4 @@
 """Every bad input gets an exception that names the problem (issue: engine core, item 6)."""
-import os
 import struct
 
 import numpy as np
@@ -196,7 +195,7 @@ def test_corrupt_files_raise_model_format_error(tmp_path, path, mutate, needle):
 def test_file_with_wrong_tensor_shape(tmp_path, test_models):
     from tinyloop.format import read_model
     m = test_models["llama"]
-    c = read_model(m.path)
+    read_model(m.path)  # readable before the edit
     # Re-write the header by hand with one shape changed: the byte size no longer matches.
     blob = bytearray(open(m.path, "rb").read())
     n = struct.unpack("<Q", blob[:8])[0]

@@ -106,7 +106,8 @@ def test_eos_stops_and_is_kept(test_models):
     eos = free[len(PROMPT) + 3]
     # Make that token an EOS of a copy of the model.
     from tinyloop.format import read_model, write_model
-    import os, tempfile
+    import os
+    import tempfile
     c = read_model(m.path)
     cfg = dict(c.config, eos_ids=[int(eos)])
     path = os.path.join(tempfile.mkdtemp(), "eos.tinyloop")

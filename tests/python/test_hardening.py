@@ -14,7 +14,7 @@ import pytest
 
 import tinyloop_py as tl
 
-from hardening_child import expect_clean_exit, run_child
+from hardening_child import run_child
 
 PROMPT = np.array([1, 2, 3], dtype=np.int32)
 

@@ -7,7 +7,6 @@ import os
 import struct
 
 import gguf
-import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 

@@ -201,8 +201,8 @@ def _add(name, dtype, shape, nbytes):
 
 
 @pytest.mark.parametrize("wd, edit, words", [
-    ("int4", _set_version("1"), [f"'embed.weight'", "format_version 2"]),
-    ("int8", _set_version("1"), [f"'embed.weight'", "format_version 2"]),
+    ("int4", _set_version("1"), ["'embed.weight'", "format_version 2"]),
+    ("int8", _set_version("1"), ["'embed.weight'", "format_version 2"]),
     ("int4", _set_version("3"), ["format_version", "'3'"]),
     ("int8", _drop(W + ".scales"), [f"'{W}.scales'", "missing"]),
     ("int4", _drop(W + ".offsets"), [f"'{W}.offsets'", "missing"]),

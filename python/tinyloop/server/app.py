@@ -78,7 +78,8 @@ def create_app(state, api_key: str | None = None, max_body_bytes: int = DEFAULT_
     async def _http(request, e: StarletteHTTPException):
         msg = {404: f"Unknown path {request.url.path}", 405: f"Method {request.method} is not allowed on "
                f"{request.url.path}"}.get(e.status_code, str(e.detail))
-        return error_response(e.status_code, msg, None, {404: "not_found", 405: "method_not_allowed"}.get(e.status_code))
+        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code)
+        return error_response(e.status_code, msg, None, code)
 
     @app.exception_handler(ClientGone)
     async def _gone(request, e):

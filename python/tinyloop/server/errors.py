@@ -87,4 +87,5 @@ def from_validation_errors(errors) -> ApiError:
     if kind == "json_invalid":
         return bad_param(None, f"The request body is not valid JSON: {e.get('ctx', {}).get('error', msg)}",
                          "invalid_json")
-    return bad_param(param, f"Invalid value for '{param}': {msg}", "invalid_type" if "type" in kind else "invalid_value")
+    code = "invalid_type" if "type" in kind else "invalid_value"
+    return bad_param(param, f"Invalid value for '{param}': {msg}", code)
