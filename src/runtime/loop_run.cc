@@ -24,7 +24,7 @@ LoopRun::LoopRun(const model::LoopedModel& m, model::KvCache& kv, const int32_t*
 }
 
 LoopRun::LoopRun(const model::LoopedModel& m, model::KvCache& kv, int64_t start,
-                 std::vector<float> x, std::vector<float> s, int64_t done)
+                 std::vector<float> x, std::vector<float> s, int64_t done, const int32_t* tokens)
     : m_(m), kv_(kv), done_(done), x_(std::move(x)), s_(std::move(s)) {
   const int64_t D = m.config().dim;
   T_ = static_cast<int64_t>(x_.size()) / D;
@@ -35,6 +35,7 @@ LoopRun::LoopRun(const model::LoopedModel& m, model::KvCache& kv, int64_t start,
                            " iterations, cache has slots for " + std::to_string(kv.loops()));
   pos_.resize(T_);
   for (int64_t t = 0; t < T_; ++t) pos_[t] = start + t;
+  if (tokens) tokens_.assign(tokens, tokens + T_);
   reserve();
 }
 

@@ -27,9 +27,10 @@ class LoopRun {
   LoopRun(const model::LoopedModel& m, model::KvCache& kv, const int32_t* tokens, int64_t T,
           float* trace = nullptr);
   // Continues a run saved earlier (warm-start resume): prelude output x[T, D] and the state
-  // s[T, D] after `done` iterations, for positions start .. start + T - 1 of kv.
+  // s[T, D] after `done` iterations, for positions start .. start + T - 1 of kv; tokens [T]
+  // (the rows' ids) are needed when the model has value embeddings.
   LoopRun(const model::LoopedModel& m, model::KvCache& kv, int64_t start, std::vector<float> x,
-          std::vector<float> s, int64_t done);
+          std::vector<float> s, int64_t done, const int32_t* tokens = nullptr);
 
   int64_t rows() const { return T_; }
   int64_t done() const { return done_; }              // iterations applied so far

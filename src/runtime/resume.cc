@@ -73,7 +73,7 @@ GenerateResult ResumeHandle::resume(GenerateRequest req, const TokenCallback& on
 
   const auto t0 = std::chrono::steady_clock::now();
   auto kv = kv_->clone();  // the handle stays untouched for other resumes
-  LoopRun run(e.model(), *kv, 0, x_, s_, loops_used_);
+  LoopRun run(e.model(), *kv, 0, x_, s_, loops_used_, prompt_.data());  // tokens: value embeddings
   run.run_to(L2);  // only iterations L1 .. L2-1: no prelude, no earlier iterations
   std::vector<float> logits(e.config().vocab_size);  // [V] after the prompt
   run.read_out(model::LogitRows::Last, logits.data());

@@ -197,6 +197,9 @@ def test_value_embeddings_decode_with_their_tokens_and_refuse_store_h(tmp_path):
     assert got == reference.generate(m.config, m.tensors, IDS[:5], 8, 3, eos_ids=[])
     want = parcae_forward(t, c, IDS, 3, np.zeros((len(IDS), 48)))
     assert rel_err(stepwise, want[3:]) < 1e-4  # rows of positions 3 .. T-1
+    with tl.Model(dst, kv_mode="fp32") as model:  # warm-start resume keeps the prompt's tokens
+        h = model.build_resume_handle(IDS[:5], loops=2, max_loops=4, max_tokens=8)
+        assert model.resume_generate(h, loops=3, stop_at_eos=False) == got
     # Store-h rebuilds V from stored h rows, which carry no token: refused, not wrong.
     with tl.Model(dst, kv_mode="h_fp16") as model:
         with pytest.raises(ValueError, match=r"store-h kv_mode .* does not support value embeddings"):
