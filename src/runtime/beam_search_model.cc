@@ -240,6 +240,7 @@ GenerateResult beam_generate(const Engine& engine, const GenerateRequest& req_in
   GenerateRequest req = req_in;
   req.sampling.temperature = 0.0f;
   validate(engine, req);
+  refuse_file_gate(engine.config(), "beam search");
   const int64_t loops = engine.resolve_loops(req.loops);
   validate(p);
   const auto t0 = Clock::now();

@@ -64,6 +64,15 @@ GateExitParams resolve_gate(const ModelConfig& c, const GateExitRequest& r, cons
   return g;
 }
 
+void refuse_file_gate(const ModelConfig& c, const std::string& what) {
+  if (!c.exit_gate || c.exit_gate_mode == ExitGateMode::Off) return;
+  if (c.exit_gate_mode == ExitGateMode::Threshold && c.exit_gate_threshold >= 1.0) return;
+  throw std::invalid_argument(
+      std::string("exit_gate_mode: this model file's exit gate rule ('") + gate_mode_name(c.exit_gate_mode) +
+      "') is not supported by " + what + ", which run every loop; use generate / generate_stream / "
+      "tl.Engine, which apply it (docs/loop-depth.md \"Exit gate\")");
+}
+
 float GateTracker::observe(float gate_logit, int64_t loops) {
   ++t_;
   float p;

@@ -58,6 +58,13 @@ GateExitParams resolve_gate(const ModelConfig& c, const GateExitRequest& r, cons
 // The model-free part of those checks (exit_gate_threshold, exit_gate_step ranges).
 void validate(const GateExitRequest& r);
 
+// Paths that do not run the gate (`what`: resume, prefix caches, speculative decoding, beam
+// search) refuse a file whose default rule changes the logits (step, weighted, a threshold
+// below 1): running the last iteration instead would silently differ from the reference.
+// Throws std::invalid_argument naming exit_gate_mode. A threshold of 1 (the released Ouro
+// configs) passes: it is the last iteration unless the gate saturates.
+void refuse_file_gate(const ModelConfig& c, const std::string& what);
+
 // The exit distribution of one token, built step by step in float32 in the reference's
 // order of operations (OuroForCausalLM.forward: remaining *= 1 - lambda, cumsum of p), so
 // a threshold of 1.0 behaves as the float32 reference does.

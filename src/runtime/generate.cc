@@ -184,6 +184,7 @@ GenerateResult generate_after_prefill(const Engine& engine, const GenerateReques
         "kv_loop_slots is not supported with resume_generate or prefix caches (their KV is "
         "built with one slot group per iteration, and a prefix computed apart from its suffix "
         "would hold other shared-group K/V than generate() computes)");
+  refuse_file_gate(engine.config(), "resume_generate and prefix caches");
   LogitSource source(engine, loops, std::move(kv));
   // The prompt's logits came from elsewhere without the exit gate, so decoding runs without
   // it too (docs/loop-depth.md, "Exit gate": resume and prefix caches are full depth).

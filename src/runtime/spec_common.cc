@@ -35,6 +35,7 @@ void validate(const Engine& e, const SpeculativeRequest& r, bool tree) {
         " yet: the draft and the verifier would both need the grammar's mask along every drafted "
         "path; use generate(grammar=...)");
   validate(r.early_exit);
+  refuse_file_gate(e.config(), what);
   if (r.early_exit.enabled())
     bad(std::string("early_exit_* does not combine with ") + what +
         ": the verifier checks several drafted tokens in one forward at verify_loops, while early "

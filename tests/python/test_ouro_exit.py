@@ -333,3 +333,19 @@ def test_bad_kwargs_are_refused(ouro_file, test_models):
         with pytest.raises(ValueError, match="no exit gate"):
             plain.score([1, 2], exit_gate_step=2)
         plain.generate([1, 2], max_tokens=2, exit_gate="off")
+
+
+def test_paths_without_the_gate_refuse_a_rule_they_would_ignore(tmp_path):
+    # Beam search, resume and speculative decoding run every loop: a file whose rule would
+    # change the logits is refused there by name instead of being silently ignored.
+    path = _convert(tmp_path, "q", early_exit_threshold=0.55)
+    with tl.Model(path) as model:
+        with pytest.raises(ValueError, match="exit_gate_mode.*beam search"):
+            model.generate(PROMPT, max_tokens=3, beam_size=2)
+        handle = model.build_resume_handle(PROMPT, max_tokens=4)
+        with pytest.raises(ValueError, match="exit_gate_mode.*resume_generate"):
+            model.resume_generate(handle, max_tokens=3)
+    # The released configs' threshold 1.0 is the last loop (unless the gate saturates).
+    path = _convert(tmp_path, "one")
+    with tl.Model(path) as model:
+        assert len(model.generate(PROMPT, max_tokens=3, beam_size=2, stop_at_eos=False)) == len(PROMPT) + 3
