@@ -9,6 +9,13 @@ scale are set so that the threshold rule stops decoded tokens after 2-3 loops on
 (the printed mean). Both settings run in the same process, interleaved, greedy, no EOS
 stop; decode ms/token = decode_steady_ms / (tokens_emitted - 1), the fastest of the
 repeats (and the median).
+
+token agreement: the share of decoded tokens equal to the argmax of what the reference
+computes for the same prefix, `score(prompt + decoded[:k], **same rule)` (teacher-forced:
+every loop of every token runs, full K/V, then the rule picks, as in OuroForCausalLM). For
+the gate this measures the latest KV rule's effect on later tokens; for "off" it is the
+floor set by fp16 K/V against score's float32 K/V. On a random model this is mechanics
+only, not a quality number.
 """
 from __future__ import annotations
 
@@ -50,14 +57,27 @@ def write_gated_model(path: str, args) -> None:
     write_model(path, cfg, t)
 
 
-def decode_ms(model, prompts, max_tokens, **kw) -> tuple[float, float]:
-    """(mean decode ms/token, mean loops per decode step) over the prompts."""
-    ms, loops = [], []
+def decode_ms(model, prompts, max_tokens, **kw) -> tuple[float, float, list]:
+    """(mean decode ms/token, mean loops per decode step, the generated sequences)."""
+    ms, loops, seqs = [], [], []
     for p in prompts:
         r = model.generate_stream(p, lambda t: True, max_tokens=max_tokens, stop_at_eos=False, **kw)
         ms.append(r["decode_steady_ms"] / max(1, r["tokens_emitted"] - 1))
         loops.extend(r["loops_per_token"][1:])
-    return float(np.mean(ms)), float(np.mean(loops))
+        seqs.append(r["tokens"])
+    return float(np.mean(ms)), float(np.mean(loops)), seqs
+
+
+def agreement(model, prompts, seqs, **kw) -> float:
+    """Share of decoded tokens equal to the reference rule's argmax for the same prefix."""
+    same = total = 0
+    for p, seq in zip(prompts, seqs):
+        logits = model.score(np.array(seq[:-1], np.int32), **kw)  # [len - 1, V]
+        want = logits[len(p) - 1:].argmax(axis=1)
+        got = np.array(seq[len(p):])
+        same += int((want == got).sum())
+        total += len(got)
+    return same / total
 
 
 def main(argv=None) -> int:
@@ -81,23 +101,29 @@ def main(argv=None) -> int:
         prompts = [rng.integers(3, args.vocab, size=32).astype(np.int32) for _ in range(args.prompts)]
         gate = dict(exit_gate="threshold", exit_gate_threshold=args.threshold)
         full = dict(exit_gate="off")
+        # The same rule with the reference's full K/V: every loop runs, the rule only picks.
+        gate_full = dict(gate, exit_gate_kv="full")
+        settings = (("gate", gate), ("full", full), ("gate_full", gate_full))
         with tl.Model(path) as model:
             decode_ms(model, prompts[:1], 8, **gate)  # warm-up
-            times = {"gate": [], "full": []}
-            mean_loops = {}
+            times = {name: [] for name, _ in settings}
+            mean_loops, agree = {}, {}
             for _ in range(args.repeats):  # interleaved: drift hits both alike
-                for name, kw in (("gate", gate), ("full", full)):
-                    t, ml = decode_ms(model, prompts, args.max_tokens, **kw)
+                for name, kw in settings:
+                    t, ml, seqs = decode_ms(model, prompts, args.max_tokens, **kw)
                     times[name].append(t)
                     mean_loops[name] = ml
+                    agree[name] = agreement(model, prompts, seqs, **{k: v for k, v in kw.items() if k != "exit_gate_kv"})
     best = {k: min(v) for k, v in times.items()}
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"CPU: {cpu_name()}  threads: {os.environ.get('TINYLOOP_NUM_THREADS', 'default')}")
     print(f"model: ouro preset dim {args.dim}, {args.layers} loop layers, vocab {args.vocab}, "
           f"loops {args.loops}; threshold {args.threshold}")
-    for k, label in (("full", "always all loops"), ("gate", "exit gate threshold")):
-        print(f"  {label:22s} decode {best[k]:.3f} ms/token (median {med[k]:.3f}), "
-              f"mean loops per decode step {mean_loops[k]:.2f}")
+    for k, label in (("full", "always all loops"), ("gate", "exit gate threshold"),
+                     ("gate_full", "gate, exit_gate_kv=full")):
+        print(f"  {label:24s} decode {best[k]:.3f} ms/token (median {med[k]:.3f}), "
+              f"mean loops per decode step {mean_loops[k]:.2f}, token agreement with the "
+              f"reference {agree[k]:.3f}")
     print(f"ratio gate / full: {best['gate'] / best['full']:.3f} (median {med['gate'] / med['full']:.3f})")
     return 0
 

@@ -202,7 +202,7 @@ One Model may be used from several Python threads at once (the GIL is released d
               int64_t beam_size, double length_penalty, bool early_stopping, const py::object& grammar,
               const py::object& seed, bool stop_at_eos, int64_t kv_loop_slots, double init_scale,
               const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
-              std::optional<int64_t> exit_gate_step) {
+              std::optional<int64_t> exit_gate_step, const std::optional<std::string>& exit_gate_kv) {
              auto e = self.engine();
              const auto beam = beam_params(beam_size, length_penalty, early_stopping);
              auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
@@ -212,7 +212,7 @@ One Model may be used from several Python threads at once (the GIL is released d
                                                 early_exit_peek_every, early_exit_logit_margin);
              req.kv_loop_slots = kv_loop_slots;
              req.init_scale = init_scale;
-             req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step);
+             req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step, exit_gate_kv);
              if (beam.active() && req.exit_gate.any())
                throw py::value_error("exit_gate: not supported with beam search (beam_size >= 2)");
              runtime::GenerateResult res;
@@ -232,6 +232,7 @@ One Model may be used from several Python threads at once (the GIL is released d
            py::arg("grammar") = py::none(), py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
            py::arg("kv_loop_slots") = 0, py::arg("init_scale") = 1.0, py::arg("exit_gate") = py::none(),
            py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
+           py::arg("exit_gate_kv") = py::none(),
            "Prefill the prompt, then decode up to max_tokens. Returns prompt + new tokens (List[int]).\n"
            "beam_size >= 2: deterministic beam search (docs/beam-search.md); final beams ranked by\n"
            "log_prob / max(1, new_len)^length_penalty; early_stopping returns once the top-ranked beam ended.\n"
@@ -245,7 +246,9 @@ One Model may be used from several Python threads at once (the GIL is released d
            "A model converted from Huginn draws that state per call from seed (fresh without one),\n"
            "as its reference does (docs/loop-depth.md \"Random initial state\").\n"
            "exit_gate ('off' | 'threshold' | 'step' | 'weighted'), exit_gate_threshold, exit_gate_step: Ouro's\n"
-           "learned exit gate (docs/loop-depth.md, \"Exit gate\"); None = the model file's config.")
+           "learned exit gate (docs/loop-depth.md, \"Exit gate\"); None = the model file's config.\n"
+           "exit_gate_kv: 'latest' (default) stops a decoded token's loop at its exit and fills the skipped\n"
+           "KV slots from its last computed loop; 'full' runs every loop as the reference (no saving).")
       .def("generate_stream",
            [](const PyModel& self, const py::object& prompt, const py::object& on_token, int64_t max_tokens,
               std::optional<int64_t> loops, double temperature, int64_t top_k, double top_p,
@@ -255,7 +258,7 @@ One Model may be used from several Python threads at once (the GIL is released d
               bool stop_at_eos, const py::object& grammar, int64_t beam_size, double length_penalty,
               bool early_stopping, int64_t kv_loop_slots, double init_scale,
               const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
-              std::optional<int64_t> exit_gate_step) {
+              std::optional<int64_t> exit_gate_step, const std::optional<std::string>& exit_gate_kv) {
              auto e = self.engine();
              if (!PyCallable_Check(on_token.ptr())) throw py::value_error("on_token must be callable");
              const auto beam = beam_params(beam_size, length_penalty, early_stopping);
@@ -266,7 +269,7 @@ One Model may be used from several Python threads at once (the GIL is released d
                                                 early_exit_peek_every, early_exit_logit_margin);
              req.kv_loop_slots = kv_loop_slots;
              req.init_scale = init_scale;
-             req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step);
+             req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step, exit_gate_kv);
              if (beam.active() && req.exit_gate.any())
                throw py::value_error("exit_gate: not supported with beam search (beam_size >= 2)");
              // A Python exception in the callback stops generation and is re-raised here,
@@ -310,6 +313,7 @@ One Model may be used from several Python threads at once (the GIL is released d
            py::arg("beam_size") = 0, py::arg("length_penalty") = 1.0, py::arg("early_stopping") = true,
            py::arg("kv_loop_slots") = 0, py::arg("init_scale") = 1.0, py::arg("exit_gate") = py::none(),
            py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
+           py::arg("exit_gate_kv") = py::none(),
            "generate() with on_token(tok) -> bool called per token (False stops after it). Returns a dict:\n"
            "(with beam_size >= 2 on_token receives the winning beam's tokens after the search.)\n"
            "tokens, prefill_ms, first_token_ms, decode_steady_ms, tokens_emitted, loops_per_token (the loop\n"

@@ -198,7 +198,8 @@ PySamplingParams make_params(int64_t max_tokens, std::optional<int64_t> loops, d
                              double timeout_s, double presence_penalty, double frequency_penalty,
                              std::optional<int64_t> logprobs, double init_scale,
                              const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
-                             std::optional<int64_t> exit_gate_step) {
+                             std::optional<int64_t> exit_gate_step,
+                             const std::optional<std::string>& exit_gate_kv) {
   PySamplingParams p;
   fill_request(p.req, max_tokens, loops, temperature, top_k, top_p, cache_window, repetition_penalty,
                stop_sequences, seed, stop_at_eos);
@@ -206,7 +207,7 @@ PySamplingParams make_params(int64_t max_tokens, std::optional<int64_t> loops, d
                                        early_exit_peek_every, early_exit_logit_margin);
   p.req.kv_loop_slots = kv_loop_slots;
   p.req.init_scale = init_scale;
-  p.req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step);
+  p.req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step, exit_gate_kv);
   runtime::validate(p.req.exit_gate);  // the model-dependent checks come at submit
   if (!std::isfinite(init_scale) || init_scale < 0 || init_scale > runtime::kMaxInitScale)
     throw py::value_error("init_scale must be a finite number in [0, 1e6], got " + std::to_string(init_scale));
@@ -315,7 +316,8 @@ attribute can be read and set.)doc")
            py::arg("kv_loop_slots") = 0, py::arg("timeout") = 0.0, py::arg("presence_penalty") = 0.0,
            py::arg("frequency_penalty") = 0.0, py::arg("logprobs") = py::none(),
            py::arg("init_scale") = 1.0, py::arg("exit_gate") = py::none(),
-           py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none())
+           py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
+           py::arg("exit_gate_kv") = py::none())
       .def_property("max_tokens", [](const PySamplingParams& p) { return p.req.max_tokens; },
                     [](PySamplingParams& p, int64_t v) { p.req.max_tokens = v; })
       .def_property("loops", [](const PySamplingParams& p) { return p.req.loops; },
@@ -346,6 +348,14 @@ attribute can be read and set.)doc")
                     [](PySamplingParams& p, std::optional<double> v) { p.req.exit_gate.threshold = v; })
       .def_property("exit_gate_step", [](const PySamplingParams& p) { return p.req.exit_gate.step; },
                     [](PySamplingParams& p, std::optional<int64_t> v) { p.req.exit_gate.step = v; })
+      .def_property("exit_gate_kv",
+                    [](const PySamplingParams& p) -> std::optional<std::string> {
+                      if (!p.req.exit_gate.full_kv) return std::nullopt;
+                      return std::string(*p.req.exit_gate.full_kv ? "full" : "latest");
+                    },
+                    [](PySamplingParams& p, const std::optional<std::string>& v) {
+                      p.req.exit_gate.full_kv = v ? std::optional<bool>(runtime::parse_gate_kv(*v)) : std::nullopt;
+                    })
       .def_property("stop_sequences", [](const PySamplingParams& p) { return p.req.stop_sequences; },
                     [](PySamplingParams& p, const py::object& v) { p.req.stop_sequences = to_stop_sequences(v); })
       .def_property("seed", [](const PySamplingParams& p) { return p.req.seed; },

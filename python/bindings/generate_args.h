@@ -79,11 +79,13 @@ inline runtime::EarlyExitParams early_exit_params(int64_t patience, int64_t min_
 // exit_gate / exit_gate_threshold / exit_gate_step (None = the model file's config); the
 // runtime checks the values and names the kwarg (runtime/gate_exit.h resolve_gate).
 inline runtime::GateExitRequest gate_request(const std::optional<std::string>& mode,
-                                             std::optional<double> threshold, std::optional<int64_t> step) {
+                                             std::optional<double> threshold, std::optional<int64_t> step,
+                                             const std::optional<std::string>& kv = std::nullopt) {
   runtime::GateExitRequest r;
   if (mode) r.mode = runtime::parse_gate_mode(*mode);
   r.threshold = threshold;
   r.step = step;
+  if (kv) r.full_kv = runtime::parse_gate_kv(*kv);
   return r;
 }
 

@@ -63,6 +63,9 @@ def _sampling_args(p: argparse.ArgumentParser) -> None:
                    help="threshold rule: exit at the first loop whose exit probability CDF >= this")
     p.add_argument("--exit-gate-step", type=int, default=None,
                    help="step rule: exit after this many loops")
+    p.add_argument("--exit-gate-kv", default=None, choices=["latest", "full"],
+                   help="latest (default): an exited token stops looping, its skipped KV slots copy its "
+                        "last loop's; full: every loop runs as in the reference (no saving)")
 
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
@@ -127,7 +130,7 @@ def decode_kwargs(args) -> dict:
     kw = {n: getattr(args, n) for n in names if hasattr(args, n)}
     if getattr(args, "init_scale", None) is not None:
         kw["init_scale"] = args.init_scale
-    for name in ("exit_gate", "exit_gate_threshold", "exit_gate_step"):
+    for name in ("exit_gate", "exit_gate_threshold", "exit_gate_step", "exit_gate_kv"):
         if getattr(args, name, None) is not None:
             kw[name] = getattr(args, name)
     return kw

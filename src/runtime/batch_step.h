@@ -39,7 +39,8 @@ struct StepPart {
   const EarlyExitParams* early_exit = nullptr;
   // Ouro's exit gate on the last row when it wants logits (runtime/gate_exit.h): the rule
   // picks (or mixes) that row's logits; a one-row part in Threshold / Step mode stops its
-  // loop there. Longer parts (a prompt) run every iteration, as the reference does. null or
+  // loop there (unless full_kv). Longer parts (a prompt) run every iteration, as the
+  // reference does. null or
   // Off = the last iteration's logits.
   const GateExitParams* gate_exit = nullptr;
   bool want_logits = false;  // logits of the last row

@@ -35,6 +35,12 @@ void validate(const GateExitRequest& r) {
                                 std::to_string(*r.step));
 }
 
+bool parse_gate_kv(const std::string& name) {
+  if (name == "latest") return false;
+  if (name == "full") return true;
+  throw std::invalid_argument("exit_gate_kv must be 'latest' or 'full' (or None for 'latest'), got '" + name + "'");
+}
+
 GateExitParams resolve_gate(const ModelConfig& c, const GateExitRequest& r, const EarlyExitParams& ee) {
   validate(r);
   const bool explicit_off = r.mode && *r.mode == ExitGateMode::Off;
@@ -49,6 +55,7 @@ GateExitParams resolve_gate(const ModelConfig& c, const GateExitRequest& r, cons
   g.mode = r.mode.value_or(c.exit_gate_mode);
   g.threshold = r.threshold.value_or(c.exit_gate_threshold);
   g.step = r.step.value_or(c.exit_gate_step);
+  g.full_kv = r.full_kv.value_or(false);
   if (!g.enabled()) return g;
   if (ee.enabled()) {
     // The file's default yields to an explicit early exit; two explicit criteria would fight.

@@ -9,7 +9,9 @@
 //   Step:      readout(s_e), e = min(step, L)
 //   Weighted:  sum_t p_t * readout(s_t)
 // Threshold and Step stop a decoded token's loop at e (the compute saving; the skipped KV
-// slots follow the latest rule, fill_skipped_slots). Weighted needs every iteration.
+// slots follow the latest rule, fill_skipped_slots), unless the call asks for the
+// reference's full K/V (every iteration runs, the rule only picks the logits). Weighted
+// needs every iteration.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -29,7 +31,8 @@ struct GateExitRequest {
   std::optional<ExitGateMode> mode;
   std::optional<double> threshold;
   std::optional<int64_t> step;
-  bool any() const { return mode || threshold || step; }
+  std::optional<bool> full_kv;  // exit_gate_kv: "full" = true, "latest" = false
+  bool any() const { return mode || threshold || step || full_kv; }
 };
 
 // The rule one call applies.
@@ -37,15 +40,21 @@ struct GateExitParams {
   ExitGateMode mode = ExitGateMode::Off;
   double threshold = 1.0;
   int64_t step = 0;
+  // Every iteration of a decoded token runs, as in the reference (no saving, its exact K/V).
+  bool full_kv = false;
   bool enabled() const { return mode != ExitGateMode::Off; }
-  // Threshold and Step modes can stop a decoded token's loop early.
-  bool stops_early() const { return mode == ExitGateMode::Threshold || mode == ExitGateMode::Step; }
+  // Threshold and Step modes pick one iteration's logits.
+  bool picks() const { return mode == ExitGateMode::Threshold || mode == ExitGateMode::Step; }
+  // ... and stop a decoded token's loop there unless full_kv.
+  bool stops_early() const { return picks() && !full_kv; }
 };
 
 // "off" / "threshold" / "step" / "weighted" and back; parse throws std::invalid_argument
 // naming exit_gate.
 const char* gate_mode_name(ExitGateMode m);
 ExitGateMode parse_gate_mode(const std::string& name);
+// exit_gate_kv: "latest" -> false, "full" -> true; throws std::invalid_argument naming it.
+bool parse_gate_kv(const std::string& name);
 
 // The call's rule: its kwargs over the file's config. Throws std::invalid_argument naming
 // the kwarg for a value out of range (exit_gate_threshold outside [0, 1], NaN included;

@@ -222,7 +222,7 @@ class _GateDecoder(_Decoder):
         return self.readout(states[e], p, commit=True), n
 
 
-def _reference_decode(path, prompt, max_tokens, mode, q=None, step=None):
+def _reference_decode(path, prompt, max_tokens, mode, q=None, step=None, stop=True):
     m = read_model(path)
     dec = _GateDecoder(m.config, m.tensors, L, len(prompt) + max_tokens)
     dec.cdfs = []
@@ -237,7 +237,7 @@ def _reference_decode(path, prompt, max_tokens, mode, q=None, step=None):
         if len(depths) == max_tokens:
             margin = min(abs(c - q) for c in dec.cdfs) if q is not None and dec.cdfs else 1.0
             return tokens, depths, min(gaps), margin
-        logits, depth = dec.token_by_gate(tokens[-1], len(tokens) - 1, mode, q, step, stop=True)
+        logits, depth = dec.token_by_gate(tokens[-1], len(tokens) - 1, mode, q, step, stop=stop)
 
 
 PROMPT = [3, 17, 5, 40, 8]
@@ -270,6 +270,26 @@ def test_decode_follows_the_reference_rule(ouro_file, mode, arg):
             out = eng.submit(PROMPT, max_tokens=12, stop_at_eos=False, **kw).result(timeout=60)
         assert out.tokens == tokens[len(PROMPT):]
         assert out.loops_per_token == depths
+
+
+def test_full_kv_decodes_exactly_the_reference(ouro_file):
+    # exit_gate_kv="full": every loop of every token runs (the reference's K/V), the rule only
+    # picks the logits; the tokens are the teacher-forced reference's, with no saving.
+    q = 0.45
+    tokens, depths, gap, _ = _reference_decode(ouro_file, PROMPT, 12, "threshold", q=q, stop=False)
+    assert gap > 1e-3 and depths == [L] * 12
+    kw = dict(exit_gate="threshold", exit_gate_threshold=q, exit_gate_kv="full")
+    with tl.Model(ouro_file, kv_mode="fp32") as model:
+        got = model.generate_stream(PROMPT, lambda t: True, max_tokens=12, stop_at_eos=False, **kw)
+        assert got["tokens"] == tokens and got["mean_loops"] == L
+        # score runs the reference's computation over the whole sequence.
+        want = model.score(tokens[:-1], exit_gate="threshold", exit_gate_threshold=q)
+        assert want[len(PROMPT) - 1:].argmax(axis=1).tolist() == tokens[len(PROMPT):]
+        with tl.Engine(model, kv_budget_mb=4, kv_block_size=8) as eng:
+            out = eng.submit(PROMPT, max_tokens=12, stop_at_eos=False, **kw).result(timeout=60)
+        assert out.tokens == tokens[len(PROMPT):]
+        with pytest.raises(ValueError, match="^exit_gate_kv"):
+            model.generate(PROMPT, max_tokens=2, exit_gate_kv="sometimes")
 
 
 # ---------------------------------------------------------------------------------------
