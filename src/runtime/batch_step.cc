@@ -191,11 +191,11 @@ void run_step(const model::LoopedModel& m, std::vector<StepPart>& parts, StepScr
         continue;
       }
       if (ps.done < p.loops && ps.gate.exits_now(g, p.loops)) {
-        if (p.n == 1 && g.stops_early()) {
+        if (p.n == 1 && p.gate_may_stop && g.stops_early()) {
           ps.exited = true;  // the saving: the loop stops, the state stays s_e
         } else {
-          // A prompt runs on (every row needs every iteration's K/V), as does a token that
-          // keeps the reference's full K/V; keep s_e for its readout.
+          // A prompt runs on (every row needs every iteration's K/V, a one-row prompt too), as
+          // does a token that keeps the reference's full K/V; keep s_e for its readout.
           ps.gate_state.assign(s + row * D, s + (row + 1) * D);
           ps.gate_picked = true;
         }

@@ -43,6 +43,9 @@ struct StepPart {
   // reference does. null or
   // Off = the last iteration's logits.
   const GateExitParams* gate_exit = nullptr;
+  // A decode row (not the last row of a prompt, which may be one row too): only a decode
+  // row's loop may stop at the gate's exit.
+  bool gate_may_stop = false;
   bool want_logits = false;  // logits of the last row
   // Outputs.
   std::vector<float> logits;  // [V] when want_logits

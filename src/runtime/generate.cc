@@ -54,6 +54,7 @@ class LogitSource {
     parts[0].loops = loops_;
     parts[0].early_exit = &ee;
     parts[0].gate_exit = &gate;
+    parts[0].gate_may_stop = true;
     parts[0].want_logits = true;
     run_step(e_.model(), parts, scratch_);
     logits.swap(parts[0].logits);

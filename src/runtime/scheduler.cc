@@ -108,6 +108,7 @@ PlannedPart Scheduler::next_part(Sequence& s, int64_t budget, bool first) const 
     p.n = 1;
     p.early_exit = s.req.early_exit.enabled();
     p.gate_exit = true;
+    p.decode_row = true;
     p.want_logits = true;
     return p;
   }

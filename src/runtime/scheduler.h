@@ -39,6 +39,7 @@ struct PlannedPart {
   int64_t loops = 0;       // iterations for these rows
   bool early_exit = false; // a decode row with the request's early exit
   bool gate_exit = false;  // rows whose last one's logits follow the request's exit gate
+  bool decode_row = false; // the last emitted token (its gate may stop its loop)
   bool want_logits = false;  // the last row's logits choose the next token
 };
 

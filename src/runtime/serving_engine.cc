@@ -224,6 +224,7 @@ void ServingEngine::step() {
     p.full_loops = s.loops;
     p.early_exit = plan[i].early_exit ? &s.req.early_exit : nullptr;
     p.gate_exit = plan[i].gate_exit ? &s.gate : nullptr;
+    p.gate_may_stop = plan[i].decode_row;
     p.want_logits = plan[i].want_logits;
     rows += p.n;
   }

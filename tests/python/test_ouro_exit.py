@@ -272,6 +272,24 @@ def test_decode_follows_the_reference_rule(ouro_file, mode, arg):
         assert out.loops_per_token == depths
 
 
+def test_a_one_row_prompt_still_runs_every_loop(ouro_file):
+    # The prompt's rows (a one-token prompt, a last prompt chunk of one row) never stop
+    # early: only decode rows do.
+    q = 0.45
+    kw = dict(exit_gate="threshold", exit_gate_threshold=q)
+    tokens, depths, gap, margin = _reference_decode(ouro_file, [40], 8, "threshold", q=q)
+    assert gap > 1e-3 and margin > 1e-5
+    with tl.Model(ouro_file, kv_mode="fp32") as model:
+        got = model.generate_stream([40], lambda t: True, max_tokens=8, stop_at_eos=False, **kw)
+        assert got["tokens"] == tokens and got["loops_per_token"] == depths
+        want = model.generate_stream(PROMPT, lambda t: True, max_tokens=8, stop_at_eos=False, **kw)
+        # prefill_chunk 4: the 5-token prompt's last chunk is one row.
+        with tl.Engine(model, kv_budget_mb=4, kv_block_size=8, prefill_chunk=4) as eng:
+            out = eng.submit(PROMPT, max_tokens=8, stop_at_eos=False, **kw).result(timeout=60)
+        assert out.tokens == want["tokens"][len(PROMPT):]
+        assert out.loops_per_token == want["loops_per_token"]
+
+
 def test_full_kv_decodes_exactly_the_reference(ouro_file):
     # exit_gate_kv="full": every loop of every token runs (the reference's K/V), the rule only
     # picks the logits; the tokens are the teacher-forced reference's, with no saving.
