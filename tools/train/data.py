@@ -63,25 +63,30 @@ def encode_stream(tok, parts, eot_id):
     return np.asarray(out, dtype=np.int32)
 
 
-def get_tokenizer_and_data(corpus_dir=DEFAULT_CORPUS, vocab_size=8192, log=print):
-    """Trains (or loads from cache) the tokenizer; returns (tokenizer_json_text, train_ids, held_ids)."""
+def get_tokenizer_and_data(corpus_dir=DEFAULT_CORPUS, vocab_size=8192, log=print,
+                           kind="bytelevel", encode=True):
+    """Trains (or loads from cache) the tokenizer; returns (tokenizer_json_text, eot_id,
+    train_ids, held_ids). With encode=False the token arrays are None (task-only runs)."""
     from tokenizers import Tokenizer
 
     import tokenizer as tkmod
 
     os.makedirs(CACHE_DIR, exist_ok=True)
     cdig = corpus_digest(corpus_dir)
-    tok_path = os.path.join(CACHE_DIR, f"tokenizer-{cdig}-{vocab_size}.json")
+    tag = "" if kind == "bytelevel" else f"-{kind}"
+    tok_path = os.path.join(CACHE_DIR, f"tokenizer-{cdig}-{vocab_size}{tag}.json")
     train_txt, held_txt = load_split(corpus_dir)
     if not os.path.exists(tok_path):
         log(f"training tokenizer (vocab {vocab_size}) on the training slice ...")
-        tok = tkmod.train_tokenizer([t for _, t in train_txt], vocab_size)
+        tok = tkmod.train_tokenizer([t for _, t in train_txt], vocab_size, kind)
         tok.save(tok_path + ".tmp")
         os.replace(tok_path + ".tmp", tok_path)
     with open(tok_path, encoding="utf-8") as f:
         tok_json = f.read()
     tok = Tokenizer.from_str(tok_json)
     eot_id = tok.token_to_id(tkmod.EOT)
+    if not encode:
+        return tok_json, eot_id, None, None
     thash = hashlib.sha256(tok_json.encode()).hexdigest()[:16]
     npz_path = os.path.join(CACHE_DIR, f"tokens-{cdig}-{thash}.npz")
     if not os.path.exists(npz_path):

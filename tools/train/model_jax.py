@@ -4,7 +4,7 @@ Parameters are a flat dict keyed by the .tinyloop tensor names, linear weights s
 [out, in] and applied as y = x W^T, so export is a straight copy.
 
 Supported config subset: rmsnorm, norm_placement "pre", separate wq/wk/wv, no biases,
-rope_half, swiglu, embed_scale, init_state "zeros", inject "none" | "add" |
+rope_half, swiglu, embed_scale, init_state "zeros" | "input" | "random", inject "none" | "add" |
 "linear_concat", loop_norm, post_loop_norm "none" | "own" | "final", final_norm,
 tie_embeddings, MHA or GQA.
 """
@@ -130,12 +130,21 @@ def prelude(cfg, p, ids, cos, sin):
     return x
 
 
-def init_state(cfg, x):
-    if cfg.get("init_state", "input") == "zeros":
+def init_state(cfg, x, key=None):
+    """s0. For "random" (Huginn): std * standard normal truncated at +-3, drawn from `key`
+    (a fresh key every training step; a fixed key in evaluation; the engine draws its own
+    from init_state_seed, docs/model-format.md, which has the same distribution)."""
+    kind = cfg.get("init_state", "input")
+    if kind == "zeros":
         return jnp.zeros_like(x)
-    if cfg.get("init_state", "input") == "input":
+    if kind == "input":
         return x
-    raise NotImplementedError("init_state random is not used by the training tool")
+    if kind == "random":
+        if key is None:
+            key = jax.random.PRNGKey(0)
+        z = jax.random.truncated_normal(key, -3.0, 3.0, x.shape, x.dtype)
+        return z * cfg["init_state_std"]
+    raise NotImplementedError(f"init_state {kind}")
 
 
 def iteration(cfg, p, s, x, cos, sin):
@@ -168,13 +177,13 @@ def coda_logits(cfg, p, s, cos, sin):
     return y @ head.T
 
 
-def forward(cfg, p, ids, loops):
+def forward(cfg, p, ids, loops, key=None):
     """Plain forward: logits [B, T, V] at `loops` iterations (Python int or traced int)."""
     T = ids.shape[1]
     hd = cfg.get("head_dim", cfg["dim"] // cfg["n_heads"])
     cos, sin = rope_tables(T, hd, cfg.get("rope_theta", 10000.0))
     x = prelude(cfg, p, ids, cos, sin)
-    s = init_state(cfg, x)
+    s = init_state(cfg, x, key)
     s = jax.lax.fori_loop(0, loops, lambda i, s: iteration(cfg, p, s, x, cos, sin), s)
     return coda_logits(cfg, p, s, cos, sin)
 
@@ -185,14 +194,22 @@ def xent(logits, targets):
     return jnp.mean(lse - tgt)
 
 
-def train_loss(cfg, p, ids, targets, n_nograd, k_grad):
+def xent_masked(logits, targets, mask):
+    """Mean cross-entropy over the positions where mask is 1."""
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    tgt = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    return jnp.sum((lse - tgt) * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def train_loss(cfg, p, ids, targets, n_nograd, k_grad, mask=None, key=None):
     """Loss with truncated backprop: `n_nograd` (traced) iterations without gradient,
-    then `k_grad` (static) iterations with gradient. Total depth L = n_nograd + k_grad."""
+    then `k_grad` (static) iterations with gradient. Total depth L = n_nograd + k_grad.
+    `mask` (optional, [B, T]) selects the positions that count in the loss."""
     T = ids.shape[1]
     hd = cfg.get("head_dim", cfg["dim"] // cfg["n_heads"])
     cos, sin = rope_tables(T, hd, cfg.get("rope_theta", 10000.0))
     x = prelude(cfg, p, ids, cos, sin)
-    s = init_state(cfg, x)
+    s = init_state(cfg, x, key)
     p_ng = jax.lax.stop_gradient(p)
     x_ng = jax.lax.stop_gradient(x)
     s = jax.lax.stop_gradient(s)
@@ -200,4 +217,7 @@ def train_loss(cfg, p, ids, targets, n_nograd, k_grad):
     s = jax.lax.stop_gradient(s)
     for _ in range(k_grad):
         s = iteration(cfg, p, s, x, cos, sin)
-    return xent(coda_logits(cfg, p, s, cos, sin), targets)
+    logits = coda_logits(cfg, p, s, cos, sin)
+    if mask is None:
+        return xent(logits, targets)
+    return xent_masked(logits, targets, mask)
