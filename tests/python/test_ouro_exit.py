@@ -387,3 +387,34 @@ def test_paths_without_the_gate_refuse_a_rule_they_would_ignore(tmp_path):
     path = _convert(tmp_path, "one")
     with tl.Model(path) as model:
         assert len(model.generate(PROMPT, max_tokens=3, beam_size=2, stop_at_eos=False)) == len(PROMPT) + 3
+
+
+def test_server_passes_the_gate_through(ouro_file):
+    pytest.importorskip("uvicorn")
+    import json
+    import urllib.error
+    import urllib.request
+
+    from server_helpers import server_in_thread
+
+    def post(srv, body):
+        req = urllib.request.Request(srv.url + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    body = {"prompt": PROMPT, "max_tokens": 8, "temperature": 0,
+            "exit_gate": {"mode": "threshold", "threshold": 0.45}}
+    with tl.Model(ouro_file) as model:
+        want = model.generate_stream(PROMPT, lambda t: True, max_tokens=8, stop_at_eos=False,
+                                     exit_gate="threshold", exit_gate_threshold=0.45)["loops_per_token"]
+    with server_in_thread(model=ouro_file) as srv:
+        status, r = post(srv, body)
+        assert status == 200, r
+        loops = r["choices"][0]["tinyloop"]["loops_per_token"]
+        assert loops == want[:len(loops)] and min(loops) < L
+        status, r = post(srv, dict(body, exit_gate={"mode": "step"}))
+        assert status == 400 and r["error"]["param"] == "exit_gate.step", r

@@ -21,11 +21,14 @@ from .generation import ChoiceRun
 _PARAM_NAMES = ("max_tokens", "loops", "temperature", "top_k", "top_p", "repetition_penalty", "seed",
                 "presence_penalty", "frequency_penalty", "logprobs", "kv_budget_mb", "early_exit_patience",
                 "early_exit_min_L", "early_exit_tau", "early_exit_peek_every", "early_exit_logit_margin",
-                "grammar", "stop_sequences", "prompt", "timeout")
+                "grammar", "stop_sequences", "prompt", "timeout", "exit_gate_threshold", "exit_gate_step",
+                "exit_gate_kv", "exit_gate_mode", "exit_gate")
 _EXT_NAME = {"early_exit_patience": "early_exit.patience", "early_exit_min_L": "early_exit.min_L",
              "early_exit_tau": "early_exit.tau", "early_exit_peek_every": "early_exit.peek_every",
              "early_exit_logit_margin": "early_exit.logit_margin", "stop_sequences": "stop",
-             "grammar": "response_format", "kv_budget_mb": "max_tokens"}
+             "grammar": "response_format", "kv_budget_mb": "max_tokens",
+             "exit_gate_threshold": "exit_gate.threshold", "exit_gate_step": "exit_gate.step",
+             "exit_gate_kv": "exit_gate.kv", "exit_gate_mode": "exit_gate"}
 
 
 def _param_of(message: str) -> str | None:

@@ -39,6 +39,15 @@ class EarlyExit(_Strict):
     logit_margin: Float = Field(0.0, ge=0)
 
 
+class ExitGate(_Strict):
+    """Ouro's exit gate settings of Model.generate (docs/loop-depth.md "Exit gate"), without
+    the prefix; an absent field keeps the model file's rule."""
+    mode: Literal["off", "threshold", "step", "weighted"] | None = None
+    threshold: Float | None = Field(None, ge=0, le=1)
+    step: int | None = Field(None, ge=1, le=4096)
+    kv: Literal["latest", "full"] | None = None
+
+
 class StreamOptions(_Strict):
     include_usage: bool = False
     continuous_usage_stats: bool = False  # vLLM's name; accepted, same as include_usage at the end
@@ -79,6 +88,7 @@ class _Sampling(_Strict):
     repetition_penalty: Float | None = Field(None, gt=0, le=100)
     loops: int | None = Field(None, ge=1, le=100_000)
     early_exit: EarlyExit | None = None
+    exit_gate: ExitGate | None = None
     regex: str | None = Field(None, max_length=100_000)
 
     @field_validator("stop")
@@ -264,4 +274,10 @@ def engine_kwargs(req: _Sampling, max_tokens: int, vocab_size: int) -> dict:
     if ee is not None and ee.patience > 0:
         kw.update(early_exit_patience=ee.patience, early_exit_min_L=ee.min_L, early_exit_tau=ee.tau,
                   early_exit_peek_every=ee.peek_every, early_exit_logit_margin=ee.logit_margin)
+    gate = req.exit_gate
+    if gate is not None:
+        for field, value in (("mode", gate.mode), ("threshold", gate.threshold), ("step", gate.step),
+                             ("kv", gate.kv)):
+            if value is not None:
+                kw["exit_gate" if field == "mode" else f"exit_gate_{field}"] = value
     return kw
