@@ -113,7 +113,8 @@ def main(argv=None) -> int:
                     t, ml, seqs = decode_ms(model, prompts, args.max_tokens, **kw)
                     times[name].append(t)
                     mean_loops[name] = ml
-                    agree[name] = agreement(model, prompts, seqs, **{k: v for k, v in kw.items() if k != "exit_gate_kv"})
+                    rule = {k: v for k, v in kw.items() if k != "exit_gate_kv"}  # score has no kv choice
+                    agree[name] = agreement(model, prompts, seqs, **rule)
     best = {k: min(v) for k, v in times.items()}
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"CPU: {cpu_name()}  threads: {os.environ.get('TINYLOOP_NUM_THREADS', 'default')}")
