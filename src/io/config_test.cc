@@ -141,6 +141,18 @@ TEST(ParseConfig, ValueEmbedLayersAreIncreasingLayerIndices) {
   EXPECT_THAT(error_of(with(minimal(), "value_embed_layers", {0})), HasSubstr("the gate reads 32"));
 }
 
+TEST(ParseConfig, ExitGateRuleNeedsTheGateAndSaneValues) {
+  json gated = with(minimal(), "exit_gate", true);
+  const ModelConfig c = parse_config(with(with(gated, "exit_gate_mode", "step"), "exit_gate_step", 2).dump());
+  EXPECT_EQ(c.exit_gate_mode, ExitGateMode::Step);
+  EXPECT_EQ(c.exit_gate_step, 2);
+  EXPECT_EQ(parse_config(config_to_json(c)).exit_gate_step, 2);
+  EXPECT_THAT(error_of(with(minimal(), "exit_gate_mode", "threshold")), HasSubstr("'exit_gate' is false"));
+  EXPECT_THAT(error_of(with(gated, "exit_gate_mode", "sometimes")), HasSubstr("'exit_gate_mode'"));
+  EXPECT_THAT(error_of(with(gated, "exit_gate_threshold", 1.5)), HasSubstr("'exit_gate_threshold' must be in [0, 1]"));
+  EXPECT_THAT(error_of(with(gated, "exit_gate_mode", "step")), HasSubstr("'exit_gate_step' must be >= 1"));
+}
+
 TEST(ParseConfig, ConfigToJsonWritesEveryField) {
   const json j = json::parse(config_to_json(parse_config(minimal().dump())));
   EXPECT_EQ(j.size(), 42u);
