@@ -418,3 +418,16 @@ def test_server_passes_the_gate_through(ouro_file):
         assert loops == want[:len(loops)] and min(loops) < L
         status, r = post(srv, dict(body, exit_gate={"mode": "step"}))
         assert status == 400 and r["error"]["param"] == "exit_gate.step", r
+
+
+def test_python_config_schema_checks_the_rule_fields():
+    from tinyloop.config import normalize_config, preset_config
+
+    c = preset_config("ouro")
+    assert (c["exit_gate_mode"], c["exit_gate_threshold"], c["exit_gate_step"]) == ("off", 1.0, 0)
+    with pytest.raises(ValueError, match="'exit_gate_mode'"):
+        normalize_config(dict(c, exit_gate=False, exit_gate_mode="threshold"))
+    with pytest.raises(ValueError, match="'exit_gate_threshold'"):
+        normalize_config(dict(c, exit_gate_threshold=1.5))
+    with pytest.raises(ValueError, match="'exit_gate_step'"):
+        normalize_config(dict(c, exit_gate_mode="step"))
