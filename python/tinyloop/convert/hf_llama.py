@@ -142,14 +142,18 @@ def plan_llama(folder: HFFolder) -> Plan:
         jobs.append(copy_job(hf + "post_attention_layernorm.weight", (D,), tl + "mlp_norm.weight"))
         jobs += mlp_jobs(hf + "mlp.", tl, D, F, mlp_bias)
     jobs.append(copy_job("model.norm.weight", (D,), "final_norm.weight"))
-    ignored = set()
+    return llama_plan(folder, config, jobs, tied, V, D)
+
+
+def llama_plan(folder: HFFolder, config: dict, jobs: list, tied: bool, V: int, D: int) -> Plan:
+    """The end every Llama-style converter shares (Llama, Ouro, Nanbeige): the head (or a
+    tied checkpoint's duplicate skipped), persisted RoPE tables skipped, float tensors only."""
+    ignored = {n for n in folder.shapes if n.endswith("rotary_emb.inv_freq")}
     if tied:
         ignored.add("lm_head.weight")  # some checkpoints store the tied copy too
     else:
         jobs.append(copy_job("lm_head.weight", (V, D), "head.weight"))
-    # RoPE caches some old checkpoints persist; recomputed by the engine.
-    ignored |= {n for n in folder.shapes if n.endswith("rotary_emb.inv_freq")}
     folder.check_float(folder.shapes)
-    return Plan(src=src, config=config, jobs=jobs, source_shapes=folder.shapes,
+    return Plan(src=folder.path, config=config, jobs=jobs, source_shapes=folder.shapes,
                 load=folder.load, ignored=ignored, tokenizer_json=folder.tokenizer_json(),
                 chat_template=folder.chat_template())
