@@ -31,7 +31,7 @@ llama_cpp is missing).
 
 Needs `pip install gguf llama-cpp-python` (and `torch transformers` for --torch). On GCC 12 build
 llama-cpp-python with AMX off
-(docs/benchmarks.md and research/llamacpp_baseline.md explain why):
+(docs/benchmarks.md, "How to reproduce", explains why):
     CMAKE_ARGS="-DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' \\
                 -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'" \\
       pip install --no-build-isolation llama-cpp-python

@@ -5,7 +5,7 @@
     PYTHONPATH=build python3 bench/early_exit.py --model other.tinyloop
     PYTHONPATH=build python3 bench/early_exit.py --random              # no trained model at hand
 
-Settings default to spec/generation.txt's "sweet spot": loops=16, logit-margin mode with
+Settings default to the documented "sweet spot" (docs/loop-depth.md, "Cost"): loops=16, logit-margin mode with
 margin 3.0, min_L 4, peek_every 2, patience 1 (override with the flags below).
 
 Prompts are held-out text: the last 5% of each file in /work/shared/data/corpus (the slice

@@ -4,7 +4,7 @@
     TINYLOOP_NUM_THREADS=1 PYTHONPATH=build python3 bench/prefix_cache.py --threads 1
     PYTHONPATH=build python3 bench/prefix_cache.py --random          # random Huginn-style model
 
-The workload of spec/python-api.txt ("Prefix cache": 2.4-3.0x measured there): one shared
+The same-prefix workload of docs/prefix-cache.md ("Throughput"; 2.4-3.0x measured on a GPU): one shared
 prefix of --prefix-tokens (512) tokens, --requests (50) requests each appending its own
 --suffix-tokens (32) tokens, --new-tokens (32) greedy tokens each. Three ways in one run:
 

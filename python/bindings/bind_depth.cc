@@ -1,4 +1,4 @@
-// Depth-wise scoring (spec/python-api.txt "Scoring", docs/loop-depth.md): score_logit_lens,
+// Depth-wise scoring (docs/loop-depth.md, section 2): score_logit_lens,
 // score_trajectory, score_with_uncertainty, score_with_consistency, and the teacher-forced
 // early-exit hook _early_exit_stepwise_logits (benchmarks, tests).
 #include <pybind11/numpy.h>

@@ -1,5 +1,4 @@
-// tl.Grammar: byte-regex grammars for constrained decoding (spec/generation.txt
-// "Constrained decoding", docs/grammar.md). Held by shared_ptr so generate() can keep the
+// tl.Grammar: byte-regex grammars for constrained decoding (docs/grammar.md). Held by shared_ptr so generate() can keep the
 // grammar alive while it decodes with the GIL released.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>

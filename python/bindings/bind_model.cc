@@ -1,5 +1,5 @@
-// Model lifecycle, config, memory, scoring and generation (spec/python-api.txt,
-// spec/generation.txt).
+// Model lifecycle, config, memory, scoring and generation (README.md "Python",
+// docs/generation.md).
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>

@@ -1,4 +1,4 @@
-// Prefix cache (spec/python-api.txt "Prefix cache", docs/prefix-cache.md): PrefixCache,
+// Prefix cache (docs/prefix-cache.md): PrefixCache,
 // Model.build_prefix_cache, Model.generate_from_prefix_cache.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

@@ -1,4 +1,4 @@
-// Prefix pool (spec/python-api.txt "Prefix pool", docs/prefix-cache.md): PrefixPool,
+// Prefix pool (docs/prefix-cache.md "Prefix pool"): PrefixPool,
 // Model.register_prefix, Model.generate_with_pool.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

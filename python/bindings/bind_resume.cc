@@ -1,4 +1,4 @@
-// Warm-start resume (spec/python-api.txt "Warm-start mid-loop", docs/loop-depth.md):
+// Warm-start resume (docs/loop-depth.md, section 3):
 // ResumeHandle, Model.build_resume_handle, Model.resume_generate.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

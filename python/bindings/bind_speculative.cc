@@ -1,5 +1,5 @@
 // Self-speculative decoding: Model.generate_speculative and Model.generate_tree_speculative
-// (spec/generation.txt, docs/speculative.md).
+// (docs/speculative.md).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 

@@ -1,4 +1,4 @@
-// tinyloop_py: the Python frontend (spec/python-api.txt, spec/generation.txt).
+// tinyloop_py: the Python frontend (README.md "Python", docs/generation.md).
 // Thin: converts arguments, releases the GIL around compute, maps C++ errors to Python ones.
 // Each bind_*.cc file adds one section of the API.
 #include <pybind11/pybind11.h>

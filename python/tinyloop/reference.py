@@ -1,7 +1,7 @@
 """Independent numpy float64 reference of the TinyLoop model family and its generation loop.
 
 Written straight from docs/model-format.md ("Forward", the layer formulas, the random
-initial state) and DESIGN.md section 4 (sampling). This is the oracle the C++ engine is
+initial state) and docs/generation.md (sampling). This is the oracle the C++ engine is
 tested against, so it favours plain, literal code over speed: no KV cache, one head at a
 time, every step of generation re-runs the whole sequence.
 
@@ -451,7 +451,7 @@ def forward(cfg, tensors, ids, loops, window=0, return_states=False, quant_activ
 
 
 # ---------------------------------------------------------------------------------------
-# sampling (DESIGN.md section 4, Hugging Face conventions)
+# sampling (docs/generation.md "Sampling", Hugging Face conventions)
 
 
 def _check_sampling(temperature, top_k, top_p, repetition_penalty) -> bool:
@@ -569,7 +569,7 @@ def generate(cfg, tensors, prompt_ids, max_tokens, loops, temperature=0.0, top_k
     eos = set(cfg["eos_ids"] if eos_ids is None else eos_ids)
     seqs = _check_stop_sequences(stop_sequences, cfg["vocab_size"])
     if rng is None:
-        rng = np.random.default_rng()  # no seed: fresh entropy (DESIGN.md section 4)
+        rng = np.random.default_rng()  # no seed: fresh entropy (docs/generation.md)
     ids = [int(t) for t in prompt_ids]
     emitted: list[int] = []
     for _ in range(max_tokens):
@@ -584,12 +584,12 @@ def generate(cfg, tensors, prompt_ids, max_tokens, loops, temperature=0.0, top_k
 
 
 # ---------------------------------------------------------------------------------------
-# the tutorial loop of spec/autoregressive-generation.txt
+# the tutorial generation loop (docs/generation.md, "cache_window")
 
 
 def window_generate(cfg, tensors, seed_ids, max_new_tokens, window, temperature, top_k, top_p,
                     rng, loops=None) -> list[int]:
-    """spec/autoregressive-generation.txt's `generate`, literally: each step runs the model on
+    """The tutorial generation loop, literally: each step runs the model on
     the last `window` ids only, with positions restarting at 0 for the oldest id in the
     window (so a token's position changes as the window slides), samples from the last row,
     and appends. No cache, no early stop; top_k = 0 disables top-k as on that page.

@@ -1,8 +1,8 @@
-"""`tinyloop talk`: the talk program of spec/autoregressive-generation.txt on the engine.
+"""`tinyloop talk`: the tutorial's talk program on the engine (docs/text.md, "Command line").
 
 Type the start of a text, get a continuation; an empty line quits. Each prompt is
 continued on its own (nothing carries over from an earlier prompt); only the sampling
-seed sequence carries across prompts, as the spec's talk.py keeps one generator.
+seed sequence carries across prompts, as the tutorial's talk program keeps one generator.
 """
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-// A compiled byte grammar for constrained decoding (spec/generation.txt "Constrained
-// decoding"; docs/grammar.md). The output must match the pattern as a whole.
+// A compiled byte grammar for constrained decoding (docs/grammar.md). The output must match the pattern as a whole.
 //
 // State model: a state is an int32 DFA state id, Dfa::kDead (-1) once the output can no
 // longer match. initial_state() -> advance(state, token) per emitted token; EOS is allowed

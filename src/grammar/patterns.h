@@ -1,5 +1,5 @@
-// Pattern builders for the common constrained-decoding shapes (spec/python-api.txt:
-// digits-only, multiple-choice, JSON-shape). They return pattern text for Grammar; the
+// Pattern builders for the common constrained-decoding shapes (docs/grammar.md
+// "Helpers": digits-only, multiple-choice, JSON-shape). They return pattern text for Grammar; the
 // exact sub-grammars are documented in docs/grammar.md.
 #pragma once
 #include <optional>

@@ -58,7 +58,7 @@ class TokenMasks {
 };
 
 // logits[i] = -inf for every i < n whose bit in `mask` is clear (the grammar step of
-// DESIGN.md section 4, between the repetition penalty and temperature).
+// docs/generation.md "The decode loop", between the repetition penalty and temperature).
 void mask_logits(const Bitset& mask, float* logits, int64_t n);
 
 }  // namespace tinyloop::grammar

@@ -1,4 +1,4 @@
-// KV storage of one sequence: one slot per layer application (DESIGN.md section 2).
+// KV storage of one sequence: one slot per layer application (docs/kv-cache.md).
 // Slot order: pre layers, then (iteration i, loop layer j) for i < loops, then post layers.
 // Each slot is a table of paged blocks (model/kv_pool.h) holding K and V rows
 // [n_kv_heads, head_dim] (or store-h h rows) per position.

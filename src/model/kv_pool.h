@@ -1,4 +1,4 @@
-// Paged KV memory (DESIGN.md section 9, vLLM's PagedAttention): fixed-size blocks of
+// Paged KV memory (docs/serving.md "How it works"; vLLM's PagedAttention): fixed-size blocks of
 // `rows` positions of one slot (one layer application), handed out by a pool and addressed
 // through per-sequence block tables (model/kv_cache.h). Blocks are reference counted, so
 // sequences share the blocks of a common prefix, beams share their parents' blocks and a

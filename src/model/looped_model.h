@@ -1,4 +1,4 @@
-// The looped forward (DESIGN.md sections 1-2) over T new tokens of one sequence.
+// The looped forward (docs/model-format.md "Forward", docs/kv-cache.md) over T new tokens of one sequence.
 //
 // The forward is split at the points every loop-depth feature needs: the state after
 // iteration i is a valid input to iteration i + 1, and logits can be read out of any

@@ -1,5 +1,5 @@
 // Live bytes a model holds beyond its weights (KV caches, per-call workspaces), so that
-// vram_usage_mb() can report weights + caches + workspace (DESIGN.md section 5).
+// vram_usage_mb() can report weights + caches + workspace (docs/generation.md, "Memory").
 #pragma once
 #include <atomic>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// One forward step over rows of many sequences (DESIGN.md section 9): decode tokens and
+// One forward step over rows of many sequences (docs/serving.md "How it works"): decode tokens and
 // prompt chunks of different sequences, at different positions and depths, in one pass.
 //
 //   prelude + initial state      all rows at once
@@ -32,7 +32,7 @@ struct StepPart {
   int64_t loops = 0;       // iterations to run (1 .. kv->loops())
   // The depth the sequence decodes at: when the last row runs fewer iterations than this
   // (early exit, or a replay of an exited token), its slots up to it are filled by the
-  // latest rule (DESIGN.md section 2). 0 = loops.
+  // latest rule (docs/loop-depth.md, early exit). 0 = loops.
   int64_t full_loops = 0;
   // Per-token early exit (parts of one row only; prefill never exits early). null or
   // disabled = fixed depth.

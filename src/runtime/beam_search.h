@@ -1,4 +1,4 @@
-// Beam search (spec/generation.txt "Beam search", docs/beam-search.md).
+// Beam search (docs/beam-search.md).
 //
 // Two parts, so the search can be tested on hand-made numbers:
 //   * the core, beam_search_core(): hypotheses, candidates, survivors, finished hypotheses,

@@ -40,7 +40,7 @@ bool SequenceDecoder::is_eos(int32_t id) const {
 }
 
 bool SequenceDecoder::process(float* logits) const {
-  // Order (DESIGN.md section 4): penalty -> grammar mask -> (the strategy's own step).
+  // Order (docs/generation.md "The decode loop"): penalty -> grammar mask -> (the strategy's own step).
   if (sampling_.repetition_penalty != 1.0f)
     apply_repetition_penalty(logits, c_.vocab_size, seen_, sampling_.repetition_penalty);
   apply_presence_frequency(logits, c_.vocab_size, out_counts_, sampling_.presence_penalty,

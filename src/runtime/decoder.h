@@ -1,6 +1,6 @@
 // What turns a sequence's logits into its next token and decides when it ends: the one
 // place for the repetition penalty, the grammar mask, sampling, EOS, stop sequences and
-// max_tokens (DESIGN.md section 4). generate(), generate_stream(), resume, the prefix paths
+// max_tokens (docs/generation.md). generate(), generate_stream(), resume, the prefix paths
 // and every request of the serving engine decode through it, so these rules cannot drift
 // apart between entry points.
 #pragma once

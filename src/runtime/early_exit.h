@@ -1,5 +1,5 @@
 // Early exit: one decode step that stops iterating once the loop state has settled
-// (DESIGN.md section 2, spec/generation.txt early_exit_* kwargs, docs/loop-depth.md).
+// (docs/loop-depth.md, section 1: the early_exit_* kwargs and the latest KV rule).
 //
 // Per decoded token, after `min_L` iterations and then every `peek_every` iterations, a probe
 // asks whether the state is stable:

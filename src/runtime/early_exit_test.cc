@@ -1,4 +1,4 @@
-// Early exit's KV invariants (DESIGN.md section 2, the "latest" rule), run under ASan/UBSan by
+// Early exit's KV invariants (docs/loop-depth.md, the "latest" rule), run under ASan/UBSan by
 // the test command. Token-level agreement with an independent numpy decode is tested from
 // Python (tests/python/test_early_exit.py); here we check the cache itself:
 //  - a token that stops after n < L iterations leaves, for every loop layer j, rows of

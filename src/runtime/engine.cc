@@ -15,7 +15,7 @@ bool env_flag(const char* name) {
 ops::KvDType parse_kv_mode(const std::optional<std::string>& mode) {
   std::string m = mode.value_or("");
   if (m.empty()) {
-    // DESIGN.md section 5: TINYLOOP_KV_H_MODE selects store-h, whose precision is fp16 unless
+    // docs/kv-cache.md "Storage modes": TINYLOOP_KV_H_MODE selects store-h, whose precision is fp16 unless
     // TINYLOOP_KV_INT8 / TINYLOOP_KV_INT4 say otherwise; int4 exists only as store-h.
     const bool h = env_flag("TINYLOOP_KV_H_MODE"), i8 = env_flag("TINYLOOP_KV_INT8"),
                i4 = env_flag("TINYLOOP_KV_INT4");

@@ -1,4 +1,4 @@
-// A forward of T new tokens that can stop between loop iterations (DESIGN.md section 2).
+// A forward of T new tokens that can stop between loop iterations (docs/loop-depth.md).
 //
 // Early exit, depth-wise scoring and warm-start resume all rest on one fact: the loop state
 // after iteration i is a valid input to iteration i + 1, and logits can be read out of any

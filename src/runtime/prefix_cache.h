@@ -1,4 +1,4 @@
-// Prefix cache (spec/python-api.txt "Prefix cache", docs/prefix-cache.md): prefill a prompt
+// Prefix cache (docs/prefix-cache.md): prefill a prompt
 // prefix once, then decode many continuations prefix + suffix off it.
 //
 // The cache is immutable after build and is never copied: each call's KvCache shares this

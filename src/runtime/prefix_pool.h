@@ -1,4 +1,4 @@
-// Prefix pool (spec/python-api.txt "Prefix pool", docs/prefix-cache.md): a registry of
+// Prefix pool (docs/prefix-cache.md "Prefix pool"): a registry of
 // prebuilt PrefixCache entries with longest-prefix matching, for serving many prompts that
 // start with one of several shared prefixes (system prompts, few-shot headers, tenants).
 //

@@ -1,4 +1,4 @@
-// Warm-start resume (spec/python-api.txt "Warm-start mid-loop", docs/loop-depth.md): run a
+// Warm-start resume (docs/loop-depth.md, section 3): run a
 // prompt to L1 iterations once, keep everything a deeper run needs, and later decode at any
 // L2 in [L1, max_loops] by running only iterations L1 .. L2-1 on the prompt positions.
 //

@@ -1,4 +1,4 @@
-// Turning one row of logits into the next token (DESIGN.md section 4).
+// Turning one row of logits into the next token (docs/generation.md "Sampling").
 // Order per step: repetition penalty -> grammar mask -> temperature -> top-k -> top-p -> sample.
 // Conventions follow Hugging Face transformers' logits processors / warpers.
 #pragma once

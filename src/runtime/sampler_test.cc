@@ -1,4 +1,4 @@
-// Sampler tests on hand-made logits (DESIGN.md section 4; HF transformers conventions).
+// Sampler tests on hand-made logits (docs/generation.md "Sampling"; HF transformers conventions).
 #include "runtime/sampler.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Continuous batching (DESIGN.md section 9; vLLM's scheduler, MLC-LLM's engine actions):
+// Continuous batching (docs/serving.md "Scheduling"; vLLM's scheduler, MLC-LLM's engine actions):
 // which sequences feed which rows into the next step, under a token budget and the KV pool.
 //
 // Each step, in arrival order (first come, first served):

@@ -1,4 +1,4 @@
-// One request inside the serving engine (DESIGN.md section 9): everything it owns between
+// One request inside the serving engine (docs/serving.md): everything it owns between
 // submit and finish. Its KV is a block table into the engine's pool; its sampler state,
 // RNG, grammar cursor and stop matcher are its SequenceDecoder; its depth policy is its
 // request's loops and early-exit settings; its output goes to its sink.

@@ -1,4 +1,4 @@
-// The serving engine: many requests, one decode loop (DESIGN.md section 9).
+// The serving engine: many requests, one decode loop (docs/serving.md).
 //
 // Requests are submitted from any thread and run on the engine's own thread, which repeats
 //   schedule (scheduler.h) -> one forward over every scheduled row (run_step) ->

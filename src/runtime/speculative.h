@@ -1,4 +1,4 @@
-// Self-speculative decoding, chain form (spec/generation.txt, Model.generate_speculative;
+// Self-speculative decoding, chain form (Model.generate_speculative;
 // docs/speculative.md): the same weights draft draft_ahead tokens one at a time at
 // draft_loops iterations, then verify them in ONE multi-token forward at verify_loops.
 // Greedy output equals generate(loops = verify_loops) token for token; with temperature > 0

@@ -1,5 +1,5 @@
-// Self-speculative decoding with a draft tree (spec/generation.txt,
-// Model.generate_tree_speculative; docs/speculative.md): K_branches candidates for the next
+// Self-speculative decoding with a draft tree (Model.generate_tree_speculative;
+// docs/speculative.md): K_branches candidates for the next
 // token from the draft's distribution at the root, each extended by the draft to a chain of
 // draft_ahead tokens, and the whole tree verified in ONE forward with a tree attention mask
 // (each node sees the cached past, the root and its own ancestors). Greedy output equals

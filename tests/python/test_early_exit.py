@@ -1,4 +1,4 @@
-"""Early exit in generate / generate_stream (docs/loop-depth.md, spec/generation.txt).
+"""Early exit in generate / generate_stream (docs/loop-depth.md, section 1).
 
 The oracle is early_exit_reference.decode: an independent float64 numpy decode with
 per-position exit depths and the latest-iteration KV rule. Greedy tokens and the per-token

@@ -1,4 +1,4 @@
-"""tl.Grammar (docs/grammar.md) against Python's `re` as the oracle (DESIGN.md section 7).
+"""tl.Grammar (docs/grammar.md) against Python's `re` as the oracle.
 
 Patterns are drawn from the syntax both engines share and mean the same by it, so the
 pattern text is given to `re` unchanged: literals written as \\xHH or \\<punctuation>

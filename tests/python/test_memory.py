@@ -1,4 +1,4 @@
-"""vram_usage_mb: weights + live caches + workspace (DESIGN.md section 5)."""
+"""vram_usage_mb: weights + live caches + workspace (docs/generation.md, "Memory")."""
 import os
 
 import numpy as np

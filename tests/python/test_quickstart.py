@@ -1,4 +1,4 @@
-"""The spec's quickstart (spec/python-api.txt) runs as written against a random model."""
+"""The quickstart of README.md ("Python", its first lines) runs as written against a random model."""
 import os
 
 from tinyloop.random_model import write_random_model

@@ -594,7 +594,7 @@ def test_generate_sampling_is_reproducible_and_uses_the_penalty():
 
 
 def test_window_generate_follows_the_tutorial_semantics():
-    """spec/autoregressive-generation.txt: the model sees the last `window` ids with
+    """The tutorial loop (docs/generation.md, "cache_window"): the model sees the last `window` ids with
     positions restarting at 0; top_k = 0 is off; the list keeps every id."""
     from tinyloop.config import preset_config
     from tinyloop.random_model import random_tensors

@@ -1,5 +1,5 @@
 """Self-speculative decoding: generate_speculative and generate_tree_speculative
-(spec/generation.txt, docs/speculative.md).
+(docs/speculative.md).
 
 - greedy output is token-for-token generate(loops=verify_loops) on every model family, for
   many (draft_loops, draft_ahead, K_branches), with stop sequences, EOS, max_tokens edges and

@@ -1,6 +1,6 @@
 """Huginn-0125 (`huginn_raven`, RavenForCausalLM) folders -> `.tinyloop`.
 
-From seal-rg/recurrent-pretraining raven_modeling_minimal.py (research/looped_models.md §1):
+From seal-rg/recurrent-pretraining raven_modeling_minimal.py (docs/convert.md, "How each architecture maps"):
 
     e = wte(ids) * sqrt(n_embd); prelude (SandwichBlocks); s0 = like-init random state
     repeat: s = adapter(concat(s, e)); core_block layers      # inject = linear_concat

@@ -1,6 +1,6 @@
 """Ouro (`ouro`, OuroForCausalLM) folders -> `.tinyloop`.
 
-From modeling_ouro.py (research/looped_models.md §2): the whole layer stack is the loop,
+From modeling_ouro.py (docs/convert.md, "How each architecture maps"): the whole layer stack is the loop,
 run total_ut_steps times, with no re-injection, and the final norm applied after EVERY
 iteration (its output feeds the next one):
 
