@@ -4,3 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m ruff check python tests bench scripts examples
+python3 scripts/check_citations.py   # comments cite docs/, not documents outside the repository
