@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import sys
 
+from .cli_args import decode_kwargs
 from .conversation import Conversation, stop_sequences
+from .repl import turn_seed, typed_lines
 
 # Positions per KV block of the chat engine: a turn reuses the earlier prompt in whole blocks.
 _BLOCK = 16
@@ -84,26 +86,20 @@ def _reply(model, engine, prompt, on_token, seed, stops, kwargs) -> list[int]:
 
 def _loop(model, engine, tokenizer, conv, stops, args, stdin, stdout) -> None:
     import numpy as np
-    from .cli import decode_kwargs
     from .text import TextStreamer
 
     turn = 0
-    while True:
-        stdout.write("> ")
-        stdout.flush()
-        line = stdin.readline()
-        if not line or not line.strip():
-            return
-        conv.add_user(line.rstrip("\n"))
+    for line in typed_lines(stdin, stdout):
+        conv.add_user(line)
         try:
             ids = conv.prompt_ids(model.max_seq_len - args.max_tokens)
         except ValueError as e:
             conv.messages.pop()
             print(f"tinyloop chat: {e}", file=stdout, flush=True)
             continue
-        prompt = np.asarray(ids, dtype=np.int32)
+        prompt = np.asarray(ids, dtype=np.int32)  # [T]
         streamer = TextStreamer(tokenizer, stdout, prompt_ids=ids)
-        seed = None if args.seed is None else args.seed + turn
+        seed = turn_seed(args.seed, turn)
         turn += 1
         new = _reply(model, engine, prompt, streamer, seed, stops, decode_kwargs(args))
         conv.add_reply(tokenizer.decode(new))  # special tokens (end of turn) skipped

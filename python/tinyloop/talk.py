@@ -8,27 +8,25 @@ from __future__ import annotations
 
 import sys
 
+from .cli_args import decode_kwargs
+from .repl import turn_seed, typed_lines
+
 
 def run(model, tokenizer, args, stdin=None, stdout=None) -> int:
     import numpy as np
-    from .cli import decode_kwargs
     from .text import TextStreamer
 
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     print("Type the start of a text and press Enter. Empty line quits.", file=stdout, flush=True)
     n = 0
-    while True:
-        stdout.write("> ")
-        stdout.flush()
-        line = stdin.readline()
-        if not line or not line.strip():
-            return 0
-        prompt = np.asarray(tokenizer.encode(line.rstrip("\n")).ids, dtype=np.int32)
+    for line in typed_lines(stdin, stdout):
+        prompt = np.asarray(tokenizer.encode(line).ids, dtype=np.int32)  # [T]
         if prompt.size == 0:
             continue
-        seed = None if args.seed is None else args.seed + n
+        seed = turn_seed(args.seed, n)
         n += 1
         model.generate_stream(prompt, TextStreamer(tokenizer, stdout, prompt_ids=prompt), seed=seed,
                               **decode_kwargs(args))
         stdout.write("\n")
+    return 0
