@@ -17,6 +17,9 @@ cmake --build build/cpp-release -j "$JOBS"
 ctest --test-dir build/cpp-release --output-on-failure -j "$JOBS"
 python3 scripts/ctest_skipped.py build/cpp-release  # ISA-specific cases this CPU cannot run
 
+echo "== C++ API (installed, example built out of tree against it) =="
+bash scripts/test_cpp_api.sh build/cpp-release
+
 echo "== C++ tests (AddressSanitizer + UBSan) =="
 cmake -S . -B build/cpp-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTINYLOOP_BUILD_TESTS=ON -DTINYLOOP_SANITIZE=ON >/dev/null
 cmake --build build/cpp-asan -j "$JOBS"
