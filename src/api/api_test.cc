@@ -9,6 +9,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/generate.h"
+#include "runtime/test_random_model.h"
 #include "tinyloop/tinyloop.h"
 
 namespace tinyloop {
@@ -167,6 +168,26 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplement) {
       [] { Tokenizer(R"({"pre_tokenizer": {"type": "Metaspace"}, "decoder": {"type": "ByteLevel"}})"); },
       "Metaspace");
   expect_throws<std::invalid_argument>([] { Tokenizer("not json"); }, "not a JSON object");
+}
+
+// A model file with no tokenizer, or one this library cannot run, still loads and generates
+// from ids; only tokenizer() reports the difference.
+TEST(Tokenizer, ModelsWithoutOneOrWithAnUnsupportedOneStillGenerate) {
+  const ModelConfig c = testing::small_runtime_config();
+  testing::RawFile raw = testing::make_raw_file(c, "F32");
+  testing::fill_random_weights(raw, 1);
+  testing::TempFile bare;
+  const Engine no_tokenizer(bare.write(testing::serialize(raw)));
+  EXPECT_EQ(no_tokenizer.tokenizer(), nullptr);
+  EXPECT_EQ(no_tokenizer.generate({1, 2, 3}, options(4, 0.0f, 1, 2)).tokens.size(), 4u);
+
+  raw.header["__metadata__"]["tokenizer"] =
+      R"({"model": {"type": "Unigram"}, "pre_tokenizer": {"type": "Metaspace"}, "decoder": {"type": "Metaspace"}})";
+  testing::TempFile sentencepiece;
+  const Engine unsupported(sentencepiece.write(testing::serialize(raw)));
+  expect_throws<std::invalid_argument>([&] { unsupported.tokenizer(); }, "Metaspace");
+  expect_throws<std::invalid_argument>([&] { unsupported.tokenizer(); }, "Metaspace");  // every call
+  EXPECT_EQ(unsupported.generate({1, 2, 3}, options(4, 0.0f, 1, 2)).tokens.size(), 4u);
 }
 
 }  // namespace
