@@ -40,9 +40,11 @@ int main(int argc, char** argv) {
     options.top_k = 40;
     options.seed = 7;  // the same text on every run
 
-    std::cout << prompt << std::flush;
-    // Stream: print each token's bytes as soon as it is chosen.
+    // Stream: print each token's bytes as soon as it is chosen (the prompt first, once the
+    // options have passed the engine's checks).
+    bool started = false;
     const tinyloop::GenerationResult result = engine.generate(ids, options, [&](int32_t token) {
+      if (!started) std::cout << prompt, started = true;
       std::cout << tokenizer->token_bytes(token) << std::flush;
       return true;
     });
