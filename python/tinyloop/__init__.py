@@ -5,8 +5,6 @@ Numpy only, no engine needed (importable before the extension is built):
 - `tinyloop.config`: the model config (defaults, consistency rules, tensor names, presets)
 - `tinyloop.format`: read and write `.tinyloop` model files
 - `tinyloop.quantize`: int8 / int4 tensor quantization in the file's layout
-- `tinyloop.reference`: the float64 numpy reference forward and generation loop (the tests'
-  oracle)
 - `tinyloop.random_model`: random test models (`python3 -m tinyloop.random_model`)
 - `tinyloop.convert`: GGUF and Hugging Face import (`convert(src, dst)`; needs the `gguf`
   and `safetensors` packages, imported only when used)
@@ -17,13 +15,16 @@ Numpy only, no engine needed (importable before the extension is built):
 On the engine (they import `tinyloop_py` when used, never at `import tinyloop`):
 - `tinyloop.cli`: the `tinyloop` command (generate, chat, talk, serve, convert, quantize,
   perplexity, bench, inspect); `chat`, `talk`, `perplexity`, `bench`, `quantize_file`,
-  `quant_eval` implement its subcommands
+  `quant_eval` implement its subcommands, `cli_args` holds the options they share and
+  `repl` the line loop of chat and talk
 - `tinyloop.engine`: an asyncio wrapper of the serving engine
 - `tinyloop.server`: the OpenAI-compatible HTTP server (`tinyloop serve`, FastAPI)
 - `tinyloop.scale`: replicas on Ray Serve (`tinyloop serve --ray`)
+
+Not here: the numpy float64 reference model, the tests' oracle (tests/python/reference.py),
+and the engine's test hooks (`tinyloop_py._testing`).
 """
 
 from .text import chat_template, get_tokenizer, grammar, token_bytes  # stdlib-only imports
 
-__all__ = ["config", "format", "reference", "random_model", "get_tokenizer", "token_bytes", "grammar",
-           "chat_template"]
+__all__ = ["config", "format", "random_model", "get_tokenizer", "token_bytes", "grammar", "chat_template"]

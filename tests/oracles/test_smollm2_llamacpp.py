@@ -329,7 +329,7 @@ def test_tokenizer_ids_equal_llama_cpp(llama_vocab, models):
 def test_engine_is_exact_on_the_dequantized_weights(models):
     """int4/int8 weights kept quantized, float activations (quant_activations="f32"): the
     numpy float64 reference on the dequantized weights is the oracle."""
-    from tinyloop import reference
+    import reference
     from tinyloop.format import read_model
 
     ms, tok = models

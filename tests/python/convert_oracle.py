@@ -1,6 +1,6 @@
 """Independent numpy float64 forwards of the SOURCE models, written from the Hugging Face /
 llama.cpp formulas and reading the SOURCE tensor names (not through tinyloop.convert's
-mapping nor tinyloop.reference), for the converter tests; plus the tiny checkpoint writers.
+mapping nor tests/python/reference.py), for the converter tests; plus the tiny checkpoint writers.
 
 Shapes: T tokens, D width, H query heads, KVH kv heads, hd head size, F MLP width, V vocab.
 """

@@ -1,6 +1,6 @@
 """An independent numpy float64 decode with early exit, for tests/python/test_early_exit.py.
 
-Written from docs/loop-depth.md (section 1) and docs/kv-cache.md, on python/tinyloop/reference.py's
+Written from docs/loop-depth.md (section 1) and docs/kv-cache.md, on tests/python/reference.py's
 pieces (embed, layer, initial_state, the norms), not on the engine's code. Plain and slow:
 tokens go one at a time, prompt included, and every layer application is recomputed over
 the history it attends to.
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tinyloop import reference
+import reference
 from tinyloop.config import layer_prefixes, normalize_config
 
 

@@ -1,7 +1,7 @@
 """Independent numpy float64 forwards of Nanbeige4.2 and Parcae, written from the authors'
 modeling code (sources in docs/convert.md) and reading the SOURCE tensor names, for the
 converter tests. They share only the textbook pieces (RMSNorm, RoPE, causal attention) with
-tests/python/convert_oracle.py, never tinyloop.convert's mapping or tinyloop.reference.
+tests/python/convert_oracle.py, never tinyloop.convert's mapping or tests/python/reference.py.
 
 Shapes: T tokens, D width, H query heads, KVH kv heads, hd head size, F MLP width, V vocab.
 """

@@ -4,8 +4,9 @@ import math
 
 import pytest
 
+import reference
 import tinyloop_py as tl
-from tinyloop import cli, reference
+from tinyloop import cli
 from tinyloop.format import read_model, write_model
 from tinyloop.perplexity import perplexities, token_stream, window_nll
 from tinyloop.random_model import random_tensors
@@ -105,7 +106,6 @@ def test_talk_continues_each_prompt_and_quits_on_empty_line(text_model):
 def test_perplexity_matches_numpy_reference(text_model):
     contents = read_model(text_model)
     with tl.Model(text_model) as model:
-        tok = reference  # noqa: F841 (keep import used)
         from tinyloop.text import load_tokenizer
         tokenizer = load_tokenizer(model)
         stream = token_stream(tokenizer, ["w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 " * 5, "w40 w41 w42 " * 6], 0)

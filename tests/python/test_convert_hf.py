@@ -13,7 +13,7 @@ import pytest
 
 from tinyloop.convert import convert
 from tinyloop.format import read_model
-from tinyloop import reference
+import reference
 
 from convert_oracle import (huginn_forward, llama_hf_forward, ouro_forward, rel_err,
                             save_bf16_safetensors, write_hf_folder)

@@ -1,6 +1,6 @@
 """tinyloop.convert on tiny random Nanbeige4.2 folders (NanbeigeForCausalLM) written with
 the released model's config keys and tensor names: the engine's logits and
-tinyloop.reference's match an independent numpy float64 forward of the SOURCE checkpoint
+tests/python/reference.py's match an independent numpy float64 forward of the SOURCE checkpoint
 (tests/python/looped_oracle.py, from the authors' modeling code) at several loop counts,
 with and without skip_loop_final_norm; unknown keys and unsupported options are refused
 by name and leave nothing behind."""
@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from tinyloop import reference
+import reference
 from tinyloop.convert import convert
 from tinyloop.format import read_model
 

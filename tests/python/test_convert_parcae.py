@@ -1,6 +1,6 @@
 """tinyloop.convert on tiny random Parcae folders written with the authors' config.json
 layout (their config dataclass as a dict) and state-dict tensor names: the engine's logits
-and tinyloop.reference's match an independent numpy float64 forward of the SOURCE
+and tests/python/reference.py's match an independent numpy float64 forward of the SOURCE
 checkpoint (tests/python/looped_oracle.py, from parcae_lm's modeling code) at several
 recurrence counts, for the diagonal (released), linear and additive injections; unknown
 keys, unsupported options and value embeddings are refused by name, leaving nothing."""
@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from tinyloop import reference
+import reference
 from tinyloop.convert import convert
 from tinyloop.format import read_model
 

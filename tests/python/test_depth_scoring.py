@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tinyloop_py as tl
-from tinyloop import reference
+import reference
 
 PROMPT = np.array([5, 17, 3, 42, 8, 91, 23, 60, 11, 2, 77], dtype=np.int32)
 NAMES = ["huginn", "ouro", "gpt_learned", "huginn_gqa_f16"]

@@ -73,7 +73,7 @@ def test_matches_numpy_decode_with_exits(test_models, name, mode, patience, min_
 
 def test_numpy_decode_without_exit_is_the_reference_generate(test_models):
     """The oracle itself: at full depth it is reference.generate, token for token."""
-    from tinyloop import reference
+    import reference
     m = test_models["huginn"]
     run = eer.decode(m.cfg, m.tensors, PROMPT, 8, 3)
     assert run.tokens == reference.generate(m.cfg, m.tensors, PROMPT, 8, 3, eos_ids=[])

@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 
-from tinyloop import reference
+import reference
 from tinyloop.convert import convert
 from tinyloop.format import read_model
 

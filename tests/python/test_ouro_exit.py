@@ -21,7 +21,7 @@ tl = pytest.importorskip("tinyloop_py")
 
 from convert_oracle import rel_err, write_hf_folder  # noqa: E402
 from early_exit_reference import _Decoder  # noqa: E402
-from tinyloop import reference  # noqa: E402
+import reference  # noqa: E402
 from tinyloop.convert import convert  # noqa: E402
 from tinyloop.format import read_model  # noqa: E402
 

@@ -11,7 +11,7 @@ import pytest
 from tinyloop import format as F
 from tinyloop import quant_eval
 from tinyloop import quantize as Q
-from tinyloop import reference
+import reference
 from tinyloop.config import preset_config
 from tinyloop.random_model import random_tensors, write_random_model
 

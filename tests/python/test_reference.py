@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tinyloop import config as C
-from tinyloop import reference as R
+import reference as R
 from tinyloop.random_model import random_tensors
 
 KINDS = ("llama", "huginn", "ouro")

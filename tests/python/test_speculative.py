@@ -15,7 +15,7 @@ import pytest
 
 import engine_models
 import tinyloop_py as tl
-from tinyloop import reference
+import reference
 from tinyloop.config import preset_config
 from tinyloop.format import read_model
 from tinyloop.random_model import write_random_model

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Check an exported .tinyloop: it loads with tinyloop.format.read_model, its tokenizer
 round-trips text, and the JAX forward of the training tool on the stored (f16) weights
-agrees with the independent numpy reference tinyloop.reference.forward at several depths.
+agrees with the independent numpy reference (tests/python/reference.py: forward) at several
+depths.
 
     python3 tools/train/check_export.py models/tinyloop-demo.tinyloop
 """
@@ -13,6 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "python"))
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))  # reference.py, the numpy oracle
 
 import numpy as np  # noqa: E402
 
@@ -50,7 +52,7 @@ def main(argv=None):
     import jax.numpy as jnp
 
     import model_jax as M
-    from tinyloop import reference
+    import reference
     params = {k: jnp.asarray(np.asarray(v, np.float32)) for k, v in mc.tensors.items()}
     worst = 0.0
     for L, ids in [(int(x), q) for x in a.loops.split(",") for q in seqs]:

@@ -2,8 +2,9 @@
 
 Written straight from docs/model-format.md ("Forward", the layer formulas, the random
 initial state) and docs/generation.md (sampling). This is the oracle the C++ engine is
-tested against, so it favours plain, literal code over speed: no KV cache, one head at a
-time, every step of generation re-runs the whole sequence.
+tested against (it lives with the tests, not in the shipped `tinyloop` package), so it
+favours plain, literal code over speed: no KV cache, one head at a time, every step of
+generation re-runs the whole sequence.
 
 Shapes: T tokens, D = dim, V = vocab_size, H query heads, KVH kv heads, hd = head_dim,
 F = ffn_dim, L = loops.
@@ -15,9 +16,9 @@ import math
 
 import numpy as np
 
-from .config import (QK_NORM_EPS, VALUE_GATE_DIM, check_tensor_shapes, layer_prefixes,
-                     normalize_config, uses_rope)
-from .quantize import dequantize, logical_shapes
+from tinyloop.config import (QK_NORM_EPS, VALUE_GATE_DIM, check_tensor_shapes, layer_prefixes,
+                             normalize_config, uses_rope)
+from tinyloop.quantize import dequantize, logical_shapes
 
 __all__ = [
     "forward",
@@ -80,7 +81,7 @@ def _matmul_q8(tensors: dict, name: str, x: np.ndarray):
     y = sum_b d_w d_x isum_b + o_w s_x, in float64 with exact integer block sums."""
     if getattr(tensors, "quant_activations", "f32") != "q8" or name + ".scales" not in tensors:
         return None
-    from .quantize import unpack_int4
+    from tinyloop.quantize import unpack_int4
 
     raw = np.asarray(tensors[name])
     scales = np.asarray(tensors[name + ".scales"], dtype=np.float32).astype(np.float64)  # [N, ng]
