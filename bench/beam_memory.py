@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 import tinyloop_py as tl
+from tinyloop_py import _testing  # test and benchmark hooks
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 BUNDLED = os.path.join(ROOT, "models", "tinyloop-demo.tinyloop")
@@ -67,7 +68,7 @@ def main(argv=None) -> int:
     for beam in args.beams:
         with tl.Model(args.model, max_seq_len=total) as m:
             t0 = time.perf_counter()
-            r = m._beam_search_memory(ids, max_tokens=args.new_tokens, beam_size=beam, loops=L,
+            r = _testing.beam_search_memory(m, ids, max_tokens=args.new_tokens, beam_size=beam, loops=L,
                                       stop_at_eos=False)
             dt = time.perf_counter() - t0
         print(f"{beam:>4} {mib(r['prefix_bytes']):>10.2f} {mib(r['tail_bytes']):>9.3f} {r['peak_tails']:>5} "

@@ -21,7 +21,7 @@ embedded tokenizer. Measured, both modes in the same process, interleaved, repea
   identical prefix  share of positions where the two free-running greedy continuations
                     are identical (drops to 0 after the first divergence)
   perplexity        teacher-forced on held-out windows through the engine's early-exit
-                    decode step (Model._early_exit_stepwise_logits), plain vs early exit
+                    decode step (_testing.early_exit_stepwise_logits), plain vs early exit
 
 With --random (or when the bundled model is missing) a random Huginn-style model and random
 prompt ids stand in: speed and mechanics only, no meaningful quality numbers.
@@ -38,6 +38,7 @@ import tempfile
 import numpy as np
 
 import tinyloop_py as tl
+from tinyloop_py import _testing  # test and benchmark hooks
 
 CORPUS = "/work/shared/data/corpus"
 BUNDLED = os.path.join(os.path.dirname(__file__), "..", "models", "tinyloop-demo.tinyloop")
@@ -142,7 +143,7 @@ def main(argv=None) -> int:
             targets = window[args.ppl_prefill:]
             for mode in ("plain", "ee"):
                 kw = ee if mode == "ee" else {}
-                r = model._early_exit_stepwise_logits(window, args.ppl_prefill, loops=args.loops, **kw)
+                r = _testing.early_exit_stepwise_logits(model, window, args.ppl_prefill, loops=args.loops, **kw)
                 lp = log_softmax(r["logits"][:-1])  # row r predicts window[prefill + r]
                 nll[mode] += list(-lp[np.arange(len(targets)), targets])
                 if mode == "ee":

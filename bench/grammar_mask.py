@@ -28,7 +28,7 @@ the pattern, tokenized by the BPE (greedy longest match with --synthetic). Measu
   lookup / apply   the two parts of a step, medians
   py call us       Grammar.allowed_tokens from Python (numpy bool copy), for reference
 
-The step parts are timed in C++ (Grammar._time_mask_steps) so that Python call overhead
+The step parts are timed in C++ (tinyloop_py._testing.time_mask_steps) so that Python call overhead
 does not hide them. Target (issue "Search and constraints"): median step <= 50 us.
 """
 from __future__ import annotations
@@ -46,6 +46,7 @@ import time
 import numpy as np
 
 import tinyloop_py as tl
+from tinyloop_py import _testing  # test and benchmark hooks
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from tinyloop.grammar_vocab import token_bytes  # noqa: E402
@@ -154,7 +155,7 @@ def bench_case(name, g, texts, token_bytes, encode):
     first, seen = [], set()
     for w in walks:
         states = walk_states(g, w)
-        lookups = g._time_mask_steps(w, 1)["lookup"][0]
+        lookups = _testing.time_mask_steps(g, w, 1)["lookup"][0]
         for s, ns in zip(states, lookups):
             if s not in seen:
                 seen.add(s)
@@ -164,7 +165,7 @@ def bench_case(name, g, texts, token_bytes, encode):
     # after first use
     step, lookup, apply = [], [], []
     for w in walks:
-        r = g._time_mask_steps(w, 21)
+        r = _testing.time_mask_steps(g, w, 21)
         for p in range(1, 21):  # pass 0 may still hold a page-cold cache; skip it
             lookup += r["lookup"][p]
             apply += r["apply"][p]

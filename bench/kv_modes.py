@@ -20,8 +20,8 @@ Quality: the held-out text of the bundled model (the last --tail-fraction of eve
 --corpus, each followed by EOS, as `tinyloop perplexity --tail-fraction` reads it) is cut
 into --positions / --ctx windows of --ctx tokens, spread evenly over the stream. Each window
 is prefilled with its first token only and then decoded one token at a time through the
-cache (Model._stepwise_logits), so every one of the --positions rows comes from a decode step
-reading the mode's cache. Per row: KL(P_fp16 || P_mode) of the softmax distributions (in
+cache (tinyloop_py._testing.stepwise_logits), so every one of the --positions rows comes from
+a decode step reading the mode's cache. Per row: KL(P_fp16 || P_mode) of the softmax distributions (in
 float64) and whether the top-1 tokens agree; the table reports the means.
 """
 from __future__ import annotations
@@ -35,6 +35,7 @@ import time
 import numpy as np
 
 import tinyloop_py as tl
+from tinyloop_py import _testing  # test and benchmark hooks
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -78,7 +79,7 @@ def decode_logits(path, kv_mode, loops, slots, windows):
     rows = []
     with tl.Model(path, kv_mode=kv_mode, **MODEL_KW) as model:
         for ids in windows:
-            out = model._stepwise_logits(ids, 1, loops=loops, kv_loop_slots=slots)  # [ctx, V]
+            out = _testing.stepwise_logits(model, ids, 1, loops=loops, kv_loop_slots=slots)  # [ctx, V]
             rows.append(out)
     return np.concatenate(rows)
 

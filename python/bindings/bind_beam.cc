@@ -1,9 +1,9 @@
 // Beam search hooks for tests and benchmarks (docs/beam-search.md). generate(beam_size=...)
 // itself is bound with the other decode kwargs in bind_model.cc.
-//   tinyloop_py._beam_search_core(log_probs, vocab_size, max_tokens, beam_size, ...): the search
+//   tinyloop_py._testing.beam_search_core(log_probs, vocab_size, max_tokens, beam_size, ...): the search
 //     core over a Python callback, so tests can compare it with an independent Python beam
 //     search on hand-made log-probabilities;
-//   Model._beam_search_memory(prompt, ...): the KV figures of one beam_generate call.
+//   tinyloop_py._testing.beam_search_memory(model, prompt, ...): the KV figures of one beam_generate call.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -55,9 +55,9 @@ class PyBeamModel : public runtime::BeamModel {
 
 }  // namespace
 
-void bind_beam(py::module_& m, ModelClass& cls) {
-  m.def(
-      "_beam_search_core",
+void bind_beam(py::module_& testing) {
+  testing.def(
+      "beam_search_core",
       [](py::object log_probs, int64_t vocab_size, int64_t max_tokens, int64_t beam_size,
          double length_penalty, bool early_stopping, std::vector<int32_t> enders) {
         PyBeamModel model(std::move(log_probs), vocab_size, std::move(enders));
@@ -75,8 +75,8 @@ void bind_beam(py::module_& m, ModelClass& cls) {
       "Testing hook: the beam search core over log_probs(beams: list[list[int]]) -> float64 [n, V]\n"
       "(-inf = not allowed); a token in `enders` ends its hypothesis. Returns {tokens, log_prob, score, steps}.");
 
-  cls.def(
-      "_beam_search_memory",
+  testing.def(
+      "beam_search_memory",
       [](const PyModel& self, const py::object& prompt, int64_t max_tokens, int64_t beam_size,
          std::optional<int64_t> loops, double length_penalty, bool early_stopping, bool stop_at_eos) {
         auto e = self.engine();
@@ -107,7 +107,7 @@ void bind_beam(py::module_& m, ModelClass& cls) {
         d["greedy_cache_bytes"] = single;
         return d;
       },
-      py::arg("prompt"), py::arg("max_tokens") = 64, py::arg("beam_size") = 4, py::arg("loops") = py::none(),
+      py::arg("model"), py::arg("prompt"), py::arg("max_tokens") = 64, py::arg("beam_size") = 4, py::arg("loops") = py::none(),
       py::arg("length_penalty") = 1.0, py::arg("early_stopping") = true, py::arg("stop_at_eos") = true,
       "Benchmark hook: one beam search call's KV figures: prefix_bytes (the prompt, shared), tail_bytes\n"
       "(one beam's generated tokens), peak_tails, peak_bytes, naive_bytes (beam_size full caches, the\n"

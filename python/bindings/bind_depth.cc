@@ -1,6 +1,7 @@
 // Depth-wise scoring (docs/loop-depth.md, section 2): score_logit_lens,
-// score_trajectory, score_with_uncertainty, score_with_consistency, and the teacher-forced
-// early-exit hook _early_exit_stepwise_logits (benchmarks, tests).
+// score_trajectory, score_with_uncertainty, score_with_consistency; and the teacher-forced
+// decode hooks of tinyloop_py._testing (benchmarks, tests): stepwise_logits (plain cached
+// decoding) and early_exit_stepwise_logits.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -31,7 +32,7 @@ py::array_t<U> copy_array(const std::vector<T>& v, Shape shape) {
 
 }  // namespace
 
-void bind_depth(py::module_& m, ModelClass& cls) {
+void bind_depth(ModelClass& cls, py::module_& testing) {
   cls.def("score_logit_lens",
           [](const PyModel& self, const py::object& prompt, std::optional<int64_t> loops) {
             auto e = self.engine();
@@ -150,30 +151,49 @@ escalate_loops (default 2 * deep_loops). Returns a dict:
   escalate_loops       int
   logits               float32 [seq_len, vocab_size]  score(prompt, loops=deep_loops) rows, and
                        score(prompt, loops=escalate_loops) rows where escalated
-Needs 1 <= shallow_loops <= deep_loops <= escalate_loops (ValueError naming the argument).)doc")
-      .def("_early_exit_stepwise_logits",
-           [](const PyModel& self, const py::object& ids, int64_t prefill_len, std::optional<int64_t> loops,
-              int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
-              int64_t early_exit_peek_every, double early_exit_logit_margin) {
-             auto e = self.engine();
-             auto v = to_ids(ids, "ids");
-             const auto p = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
-                                              early_exit_peek_every, early_exit_logit_margin);
-             runtime::StepwiseExit r;
-             {
-               py::gil_scoped_release nogil;
-               r = runtime::early_exit_stepwise(*e, v, prefill_len, loops, p);
-             }
-             const auto rows = static_cast<py::ssize_t>(r.depths.size());
-             py::dict d;
-             d["depths"] = copy_array(r.depths, {rows});
-             d["logits"] = to_numpy(std::move(r.logits), {rows, static_cast<py::ssize_t>(e->config().vocab_size)});
-             return d;
-           },
-           py::arg("ids"), py::arg("prefill_len"), py::arg("loops") = py::none(), py::arg("early_exit_patience") = 0,
-           py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3, py::arg("early_exit_peek_every") = 1,
-           py::arg("early_exit_logit_margin") = 0.0,
-           R"doc(Testing / benchmark hook: teacher-forced early exit. Prefill ids[:prefill_len] at full
+Needs 1 <= shallow_loops <= deep_loops <= escalate_loops (ValueError naming the argument).)doc");
+
+  testing.def("stepwise_logits",
+              [](const PyModel& self, const py::object& ids, int64_t prefill_len, std::optional<int64_t> loops,
+                 int64_t cache_window, int64_t kv_loop_slots) {
+                auto e = self.engine();
+                auto v = to_ids(ids, "ids");
+                std::vector<float> logits;
+                {
+                  py::gil_scoped_release nogil;
+                  logits = e->stepwise_logits(v, prefill_len, loops, cache_window, kv_loop_slots);
+                }
+                const auto rows = static_cast<py::ssize_t>(v.size()) - prefill_len + 1;
+                return to_numpy(std::move(logits), {rows, static_cast<py::ssize_t>(e->config().vocab_size)});
+              },
+              py::arg("model"), py::arg("ids"), py::arg("prefill_len"), py::arg("loops") = py::none(),
+              py::arg("cache_window") = 0, py::arg("kv_loop_slots") = 0,
+              "Logits float32 [len(ids) - prefill_len + 1, vocab_size] of a prefill of ids[:prefill_len] then\n"
+              "one cached decode step per remaining id (row r predicts the token after ids[prefill_len - 1 + r]).");
+  testing.def("early_exit_stepwise_logits",
+              [](const PyModel& self, const py::object& ids, int64_t prefill_len, std::optional<int64_t> loops,
+                 int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
+                 int64_t early_exit_peek_every, double early_exit_logit_margin) {
+                auto e = self.engine();
+                auto v = to_ids(ids, "ids");
+                const auto p = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
+                                                 early_exit_peek_every, early_exit_logit_margin);
+                runtime::StepwiseExit r;
+                {
+                  py::gil_scoped_release nogil;
+                  r = runtime::early_exit_stepwise(*e, v, prefill_len, loops, p);
+                }
+                const auto rows = static_cast<py::ssize_t>(r.depths.size());
+                py::dict d;
+                d["depths"] = copy_array(r.depths, {rows});
+                d["logits"] = to_numpy(std::move(r.logits), {rows, static_cast<py::ssize_t>(e->config().vocab_size)});
+                return d;
+              },
+              py::arg("model"), py::arg("ids"), py::arg("prefill_len"), py::arg("loops") = py::none(),
+              py::arg("early_exit_patience") = 0,
+              py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3, py::arg("early_exit_peek_every") = 1,
+              py::arg("early_exit_logit_margin") = 0.0,
+              R"doc(Teacher-forced early exit. Prefill ids[:prefill_len] at full
 depth, then feed each remaining id through one early-exit decode step. Returns a dict: logits
 float32 [len(ids) - prefill_len + 1, vocab_size] (row r predicts the token after
 ids[prefill_len - 1 + r]) and depths int64 [rows] (iterations behind each row; row 0 is the

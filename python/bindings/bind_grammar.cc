@@ -110,7 +110,7 @@ std::map<std::string, std::vector<std::vector<double>>> time_mask_steps(const Gr
 
 }  // namespace
 
-void bind_grammar(py::module_& m) {
+void bind_grammar(py::module_& m, py::module_& testing) {
   py::class_<Grammar, std::shared_ptr<Grammar>> cls(m, "Grammar", R"doc(
 A byte regular expression the whole output must match, compiled to a DFA (docs/grammar.md).
 
@@ -162,9 +162,6 @@ threads / generate calls at once: masks are computed once per state and cached.)
       .def("precompute_masks",
            [](const Grammar& g) { g.vocabulary()->precompute_all(); }, py::call_guard<py::gil_scoped_release>(),
            "Compute every state's mask now instead of on first use.")
-      .def("_time_mask_steps", &time_mask_steps, py::arg("token_ids"), py::arg("passes") = 10,
-           py::call_guard<py::gil_scoped_release>(),
-           "Benchmark helper (bench/grammar_mask.py): decode-step mask cost measured in C++.")
       .def("__repr__", [](const Grammar& g) {
         std::string r = "Grammar(" + py::repr(pattern_object(g.pattern())).cast<std::string>() +
                         ", states=" + std::to_string(g.num_states());
@@ -173,6 +170,9 @@ threads / generate calls at once: masks are computed once per state and cached.)
       });
 
   cls.attr("DEAD") = Grammar::kDead;
+  testing.def("time_mask_steps", &time_mask_steps, py::arg("grammar"), py::arg("token_ids"),
+              py::arg("passes") = 10, py::call_guard<py::gil_scoped_release>(),
+              "Benchmark hook (bench/grammar_mask.py): decode-step mask cost measured in C++.");
   cls.def_static("escape", [](const std::string& s) { return grammar::escape_literal(s); }, py::arg("literal"),
                  "Pattern text matching exactly `literal` (str as UTF-8, or bytes).");
   cls.def_static("digits",

@@ -317,23 +317,7 @@ One Model may be used from several Python threads at once (the GIL is released d
            "generate() with on_token(tok) -> bool called per token (False stops after it). Returns a dict:\n"
            "(with beam_size >= 2 on_token receives the winning beam's tokens after the search.)\n"
            "tokens, prefill_ms, first_token_ms, decode_steady_ms, tokens_emitted, loops_per_token (the loop\n"
-           "depth behind each emitted token; early exit lowers it), mean_loops (their mean).")
-      .def("_stepwise_logits",
-           [](const PyModel& self, const py::object& ids, int64_t prefill_len, std::optional<int64_t> loops,
-              int64_t cache_window, int64_t kv_loop_slots) {
-             auto e = self.engine();
-             auto v = to_ids(ids, "ids");
-             std::vector<float> logits;
-             {
-               py::gil_scoped_release nogil;
-               logits = e->stepwise_logits(v, prefill_len, loops, cache_window, kv_loop_slots);
-             }
-             const auto rows = static_cast<py::ssize_t>(v.size()) - prefill_len + 1;
-             return to_numpy(std::move(logits), {rows, static_cast<py::ssize_t>(e->config().vocab_size)});
-           },
-           py::arg("ids"), py::arg("prefill_len"), py::arg("loops") = py::none(), py::arg("cache_window") = 0,
-           py::arg("kv_loop_slots") = 0,
-           "Testing hook: logits of a prefill of ids[:prefill_len] then one decode step per remaining id.");
+           "depth behind each emitted token; early exit lowers it), mean_loops (their mean).");
 
   m.def("load",
         [](const std::string& path, std::optional<int64_t> max_seq_len, std::optional<std::string> kv_mode,

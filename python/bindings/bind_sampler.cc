@@ -1,4 +1,4 @@
-// The C++ sampler exposed for testing against the numpy reference.
+// The C++ sampler exposed for testing against the numpy reference (tinyloop_py._testing).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -10,9 +10,8 @@
 
 namespace tinyloop::py_bind {
 
-void bind_sampler(py::module_& m) {
-  // Sampler entry points, for testing the C++ sampler against the numpy reference.
-  m.def("_sampling_distribution",
+void bind_sampler(py::module_& testing) {
+  testing.def("sampling_distribution",
         [](py::array_t<float, py::array::c_style | py::array::forcecast> logits, double temperature,
            int64_t top_k, double top_p) {
           runtime::SamplingParams p;
@@ -26,7 +25,7 @@ void bind_sampler(py::module_& m) {
           return to_numpy(std::move(probs), {static_cast<py::ssize_t>(logits.size())});
         },
         py::arg("logits"), py::arg("temperature"), py::arg("top_k") = 50, py::arg("top_p") = 1.0);
-  m.def("_sample_next",
+  testing.def("sample_next",
         [](py::array_t<float, py::array::c_style | py::array::forcecast> logits, double temperature,
            int64_t top_k, double top_p, double repetition_penalty, std::vector<int32_t> seen, uint64_t seed,
            int64_t n_draws) {

@@ -11,15 +11,15 @@
 
 namespace tinyloop::py_bind {
 void bind_model(py::module_& m, ModelClass& cls);
-void bind_sampler(py::module_& m);
+void bind_sampler(py::module_& testing);
 void bind_runtime(py::module_& m);
-void bind_depth(py::module_& m, ModelClass& cls);
+void bind_depth(ModelClass& cls, py::module_& testing);
 void bind_resume(py::module_& m, ModelClass& cls);
 void bind_prefix_cache(py::module_& m, ModelClass& cls);
 void bind_prefix_pool(py::module_& m, ModelClass& cls);
 void bind_speculative(py::module_& m, ModelClass& cls);
-void bind_beam(py::module_& m, ModelClass& cls);
-void bind_grammar(py::module_& m);
+void bind_beam(py::module_& testing);
+void bind_grammar(py::module_& m, py::module_& testing);
 void bind_serving(py::module_& m);
 }  // namespace tinyloop::py_bind
 
@@ -55,16 +55,24 @@ PYBIND11_MODULE(tinyloop_py, m) {
     }
   });
 
+  // Test and benchmark hooks live apart from the API, in tinyloop_py._testing (a model or
+  // grammar is their first argument), so nothing public starts with "_"
+  // (tests/python/test_public_names.py).
+  py::module_ testing = m.def_submodule(
+      "_testing", "Test and benchmark hooks: not part of the API, may change without notice.");
+  // Registered in sys.modules too, so `import tinyloop_py._testing` works as for a package.
+  py::module_::import("sys").attr("modules")["tinyloop_py._testing"] = testing;
+
   ModelClass cls(m, "Model");
   bind_model(m, cls);
-  bind_sampler(m);
+  bind_sampler(testing);
   bind_runtime(m);
-  bind_depth(m, cls);
+  bind_depth(cls, testing);
   bind_resume(m, cls);
   bind_prefix_cache(m, cls);
   bind_prefix_pool(m, cls);
   bind_speculative(m, cls);
-  bind_beam(m, cls);
-  bind_grammar(m);
+  bind_beam(testing);
+  bind_grammar(m, testing);
   bind_serving(m);
 }

@@ -8,7 +8,7 @@ Oracles written here, separately from the engine:
   * exhaustive search: every continuation of a tiny-vocabulary model scored with
     Model.score() in numpy;
 and the engine is compared with them: the search core on hand-made log-probabilities
-(tl._beam_search_core), then generate(beam_size=...) on a random model.
+(tinyloop_py._testing.beam_search_core), then generate(beam_size=...) on a random model.
 """
 import math
 import os
@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import tinyloop_py as tl
+from tinyloop_py import _testing  # test and benchmark hooks
 from tinyloop.random_model import write_random_model
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -107,7 +108,7 @@ def random_table(seed, vocab, spread=2.0):
 def core(log_probs, max_tokens, beam, lp, early, enders):
     def batch(beams):
         return np.stack([log_probs(tuple(b)) for b in beams])
-    return tl._beam_search_core(batch, len(log_probs(())), max_tokens, beam, lp, early, list(enders))
+    return _testing.beam_search_core(batch, len(log_probs(())), max_tokens, beam, lp, early, list(enders))
 
 
 # ---------------------------------------------------------------------------------------
@@ -175,9 +176,9 @@ def test_walk_stops_at_beam_size_survivors_and_no_enders_runs_full_length():
 
 def test_core_rejects_bad_callbacks_and_kwargs():
     with pytest.raises(ValueError, match="shape"):
-        tl._beam_search_core(lambda beams: np.zeros((1, 3)), 4, 2, 2, 1.0, True, [])
+        _testing.beam_search_core(lambda beams: np.zeros((1, 3)), 4, 2, 2, 1.0, True, [])
     with pytest.raises(ValueError, match="beam_size"):
-        tl._beam_search_core(lambda beams: np.zeros((1, 4)), 4, 2, -1, 1.0, True, [])
+        _testing.beam_search_core(lambda beams: np.zeros((1, 4)), 4, 2, -1, 1.0, True, [])
 
 
 # ---------------------------------------------------------------------------------------
@@ -384,7 +385,7 @@ def test_errors_name_the_kwarg(tiny, kwargs, match):
 
 
 def test_memory_is_one_prefix_plus_small_tails(tiny):
-    m = tiny._beam_search_memory(PROMPT, max_tokens=8, beam_size=4, stop_at_eos=False)
+    m = _testing.beam_search_memory(tiny, PROMPT, max_tokens=8, beam_size=4, stop_at_eos=False)
     assert m["peak_tails"] <= 4
     assert m["peak_bytes"] == m["prefix_bytes"] + m["peak_tails"] * m["tail_bytes"]
     assert m["tail_bytes"] * len(PROMPT) == m["prefix_bytes"] * 7  # 7 = max_tokens - 1 rows

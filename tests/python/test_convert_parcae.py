@@ -159,7 +159,7 @@ def test_cached_decode_and_store_h_kv(tmp_path):
         got = model.generate(IDS[:5], max_tokens=8, loops=3, stop_at_eos=False)
     assert got == reference.generate(m.config, m.tensors, IDS[:5], 8, 3, eos_ids=[])
     with tl.Model(dst, kv_mode="h_fp16") as model:  # prefill 4 tokens, decode the rest
-        store_h = model._stepwise_logits(IDS, 4, loops=3)
+        store_h = tl._testing.stepwise_logits(model, IDS, 4, loops=3)
     want = parcae_forward(t, c, IDS, 3, np.zeros((len(IDS), 48)))
     assert rel_err(store_h, want[3:]) < 1e-2  # rows of positions 3 .. T-1; h stored as halves
 
@@ -193,7 +193,7 @@ def test_value_embeddings_decode_with_their_tokens_and_refuse_store_h(tmp_path):
     m = read_model(dst)
     with tl.Model(dst, kv_mode="fp32") as model:
         got = model.generate(IDS[:5], max_tokens=8, loops=3, stop_at_eos=False)
-        stepwise = model._stepwise_logits(IDS, 4, loops=3)  # prefill 4 tokens, decode the rest
+        stepwise = tl._testing.stepwise_logits(model, IDS, 4, loops=3)  # prefill 4 tokens, decode the rest
     assert got == reference.generate(m.config, m.tensors, IDS[:5], 8, 3, eos_ids=[])
     want = parcae_forward(t, c, IDS, 3, np.zeros((len(IDS), 48)))
     assert rel_err(stepwise, want[3:]) < 1e-4  # rows of positions 3 .. T-1
@@ -203,7 +203,7 @@ def test_value_embeddings_decode_with_their_tokens_and_refuse_store_h(tmp_path):
     # Store-h rebuilds V from stored h rows, which carry no token: refused, not wrong.
     with tl.Model(dst, kv_mode="h_fp16") as model:
         with pytest.raises(ValueError, match=r"store-h kv_mode .* does not support value embeddings"):
-            model._stepwise_logits(IDS, 4, loops=3)
+            tl._testing.stepwise_logits(model, IDS, 4, loops=3)
 
 
 def test_value_embedding_of_a_missing_layer_is_refused(tmp_path):

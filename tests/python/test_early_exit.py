@@ -11,6 +11,7 @@ import pytest
 
 import early_exit_reference as eer
 import tinyloop_py as tl
+from tinyloop_py import _testing  # test and benchmark hooks
 
 PROMPT = np.array([5, 17, 3, 42, 8, 91], dtype=np.int32)
 LOOPS = 7
@@ -160,7 +161,7 @@ def test_bad_kwargs_raise_value_error_naming_them(test_models, kwarg, value):
 
 
 def test_teacher_forced_hook_agrees_with_generation(test_models):
-    """_early_exit_stepwise_logits (used by bench/early_exit.py for perplexity): fed the
+    """_testing.early_exit_stepwise_logits (used by bench/early_exit.py for perplexity): fed the
     tokens early-exit generation produced, it reports the same depths and the same greedy
     choices; with patience 0 it is the plain cached decode."""
     m = test_models["huginn"]
@@ -168,9 +169,9 @@ def test_teacher_forced_hook_agrees_with_generation(test_models):
     with tl.Model(m.path) as model:
         r = model.generate_stream(PROMPT, lambda t: True, max_tokens=15, loops=6, stop_at_eos=False, **ee)
         ids = np.array(r["tokens"], np.int32)
-        hook = model._early_exit_stepwise_logits(ids, len(PROMPT), loops=6, **ee)
-        plain = model._early_exit_stepwise_logits(ids, len(PROMPT), loops=6)
-        stepwise = model._stepwise_logits(ids, len(PROMPT), loops=6)
+        hook = _testing.early_exit_stepwise_logits(model, ids, len(PROMPT), loops=6, **ee)
+        plain = _testing.early_exit_stepwise_logits(model, ids, len(PROMPT), loops=6)
+        stepwise = _testing.stepwise_logits(model, ids, len(PROMPT), loops=6)
     assert list(hook["depths"][:-1]) == r["loops_per_token"]
     assert list(hook["logits"][:-1].argmax(-1)) == r["tokens"][len(PROMPT):]
     np.testing.assert_array_equal(plain["logits"], stepwise)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import tinyloop_py as tl
-from tinyloop import reference
+from tinyloop_py import _testing  # test and benchmark hooks
+import reference
 
 from engine_models import VARIANTS, rel_err
 
@@ -47,7 +48,7 @@ def _stepwise(path, ids, prefill, loops, window=0, uncached=False, kv_mode=None)
     try:
         with tl.Model(path, kv_mode=kv_mode) as model:
             assert model.config()["kv_cache_disabled"] == uncached
-            return model._stepwise_logits(ids, prefill, loops=loops, cache_window=window)
+            return _testing.stepwise_logits(model, ids, prefill, loops=loops, cache_window=window)
     finally:
         os.environ.pop("TINYLOOP_DISABLE_KV_CACHE", None)
 

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 import tinyloop_py as tl
-from tinyloop import reference
+from tinyloop_py import _testing  # test and benchmark hooks
+import reference
 
 PROMPT = np.array([5, 17, 3, 42, 8, 91], dtype=np.int32)
 
@@ -62,7 +63,7 @@ def test_cpp_sampling_distribution_matches_reference(temperature, top_k, top_p):
     rng = np.random.default_rng(3)
     logits = rng.normal(size=37).astype(np.float32) * 3
     logits[[4, 9, 20]] = logits.max()  # ties at the top
-    got = tl._sampling_distribution(logits, temperature, top_k, top_p)
+    got = _testing.sampling_distribution(logits, temperature, top_k, top_p)
     want = reference.sampling_distribution(logits.astype(np.float64), temperature, top_k, top_p)
     np.testing.assert_allclose(got, want, atol=1e-6)
     assert np.array_equal(got > 0, want > 0)
@@ -71,7 +72,7 @@ def test_cpp_sampling_distribution_matches_reference(temperature, top_k, top_p):
 def test_cpp_sampler_frequencies_follow_distribution():
     logits = np.array([2.0, 1.5, 1.0, 0.2, -1.0, -3.0, 0.0], dtype=np.float32)
     probs = reference.sampling_distribution(logits, 0.9, 5, 0.95)
-    draws = np.array(tl._sample_next(logits, 0.9, 5, 0.95, n_draws=20000, seed=11))
+    draws = np.array(_testing.sample_next(logits, 0.9, 5, 0.95, n_draws=20000, seed=11))
     counts = np.bincount(draws, minlength=len(logits))
     assert np.all(counts[probs == 0] == 0)
     keep = probs > 0
@@ -167,11 +168,11 @@ def test_cache_window_logits_match_uncached(test_models):
     ids = np.random.default_rng(5).integers(0, 97, size=50).astype(np.int32)
     import os
     with tl.Model(m.path) as model:
-        cached = model._stepwise_logits(ids, 3, loops=3, cache_window=6)
+        cached = _testing.stepwise_logits(model, ids, 3, loops=3, cache_window=6)
     os.environ["TINYLOOP_DISABLE_KV_CACHE"] = "1"
     try:
         with tl.Model(m.path) as model:
-            uncached = model._stepwise_logits(ids, 3, loops=3, cache_window=6)
+            uncached = _testing.stepwise_logits(model, ids, 3, loops=3, cache_window=6)
     finally:
         os.environ.pop("TINYLOOP_DISABLE_KV_CACHE")
     np.testing.assert_allclose(cached, uncached, rtol=0, atol=1e-4 * np.abs(uncached).max())

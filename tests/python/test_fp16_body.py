@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tinyloop_py as tl
+from tinyloop_py import _testing  # test and benchmark hooks
 from tinyloop.random_model import write_random_model
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -57,7 +58,7 @@ def test_batch_invariance_score_equals_stepwise_decode():
     bit for bit; greedy generation picks the tokens the scoring forward's argmax picks."""
     with tl.Model(BUNDLED, kv_mode="fp32", fp16_body=True) as m:
         full = m.score(IDS, loops=6)  # [T, V]
-        steps = m._stepwise_logits(IDS, 8, loops=6)  # rows predict after ids[7], ids[8], ...
+        steps = _testing.stepwise_logits(m, IDS, 8, loops=6)  # rows predict after ids[7], ids[8], ...
         np.testing.assert_array_equal(steps, full[7:])
         prompt = IDS[:6]
         out = np.asarray(m.generate(prompt, max_tokens=24, loops=6, stop_at_eos=False), np.int32)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import tinyloop_py as tl
-from tinyloop import reference as ref
+from tinyloop_py import _testing  # test and benchmark hooks
+import reference as ref
 from tinyloop.config import layer_prefixes, uses_rope
 
 from engine_models import rel_err
@@ -112,7 +113,7 @@ class CachedReference:
 
 
 def cached_stepwise(m, ids, prefill, loops, groups, window=0, store_h=None):
-    """Logits [len(ids) - prefill + 1, V], as Model._stepwise_logits."""
+    """Logits [len(ids) - prefill + 1, V], as tinyloop_py._testing.stepwise_logits."""
     r = CachedReference(m.cfg, m.tensors, loops, groups, window, store_h)
     rows = [r.forward(ids[:prefill])]
     for i in range(prefill, len(ids)):
@@ -154,8 +155,8 @@ def test_shared_logits_match_cached_reference(test_models, name, groups):
     L = 4
     ids = np.random.default_rng(3).integers(0, m.cfg["vocab_size"], size=14).astype(np.int32)
     with tl.Model(m.path, kv_mode="fp32") as model:
-        got = model._stepwise_logits(ids, 6, loops=L, kv_loop_slots=groups)
-        exact = model._stepwise_logits(ids, 6, loops=L)
+        got = _testing.stepwise_logits(model, ids, 6, loops=L, kv_loop_slots=groups)
+        exact = _testing.stepwise_logits(model, ids, 6, loops=L)
     want = cached_stepwise(m, ids, 6, L, groups)
     assert rel_err(got, want) < 1e-4, f"{name} B={groups}: {rel_err(got, want):.2e}"
     # The prefill row sees each iteration's own K/V, so it equals the exact mode's...
@@ -179,9 +180,9 @@ def test_groups_at_least_loops_is_the_exact_mode_bit_for_bit(test_models, kv_mod
     m = test_models["ouro"]
     ids = PROMPT
     with tl.Model(m.path, kv_mode=kv_mode) as model:
-        exact = model._stepwise_logits(ids, 5, loops=3)
+        exact = _testing.stepwise_logits(model, ids, 5, loops=3)
         for B in (3, 4, 100):
-            np.testing.assert_array_equal(model._stepwise_logits(ids, 5, loops=3, kv_loop_slots=B), exact)
+            np.testing.assert_array_equal(_testing.stepwise_logits(model, ids, 5, loops=3, kv_loop_slots=B), exact)
         g0 = model.generate(PROMPT[:4], max_tokens=10, loops=3, stop_at_eos=False)
         assert model.generate(PROMPT[:4], max_tokens=10, loops=3, kv_loop_slots=3,
                               stop_at_eos=False) == g0
@@ -228,7 +229,7 @@ def test_kv_loop_slots_errors(test_models):
         with pytest.raises(ValueError, match="kv_loop_slots"):
             model.generate(PROMPT[:4], max_tokens=2, kv_loop_slots=-1)
         with pytest.raises(ValueError, match="kv_loop_slots"):
-            model._stepwise_logits(PROMPT, 4, kv_loop_slots=-2)
+            _testing.stepwise_logits(model, PROMPT, 4, kv_loop_slots=-2)
         cache = model.build_prefix_cache(PROMPT[:6], loops=3)
         # The prefix cache path refuses the shared mode by name (its prefix has one slot
         # group per iteration) rather than ignoring the kwarg.
@@ -242,7 +243,7 @@ def test_shared_needs_the_cache_path(test_models):
     try:
         with tl.Model(m.path, kv_mode="fp32") as model:
             with pytest.raises(ValueError, match="TINYLOOP_DISABLE_KV_CACHE"):
-                model._stepwise_logits(PROMPT, 4, loops=3, kv_loop_slots=1)
+                _testing.stepwise_logits(model, PROMPT, 4, loops=3, kv_loop_slots=1)
             # generate keeps a cache for the mode (as early exit does), so it still works.
             got = model.generate(PROMPT[:5], max_tokens=6, loops=3, kv_loop_slots=1, stop_at_eos=False)
     finally:
@@ -284,9 +285,9 @@ def test_int8_logits_close_to_fp32(test_models, name):
     m = test_models[name]
     ids = np.random.default_rng(4).integers(0, m.cfg["vocab_size"], size=30).astype(np.int32)
     with tl.Model(m.path, kv_mode="int8") as model:
-        i8 = model._stepwise_logits(ids, 6, loops=3)
+        i8 = _testing.stepwise_logits(model, ids, 6, loops=3)
     with tl.Model(m.path, kv_mode="fp32") as model:
-        f32 = model._stepwise_logits(ids, 6, loops=3)
+        f32 = _testing.stepwise_logits(model, ids, 6, loops=3)
     err = rel_err(i8, f32)
     assert 0 < err < 3e-2, f"{name}: {err:.2e}"
 
@@ -448,7 +449,7 @@ def test_store_h_logits_match_cached_reference(test_models, name, mode):
     ids = np.random.default_rng(5).integers(0, m.cfg["vocab_size"], size=16).astype(np.int32)
     with tl.Model(m.path, kv_mode=mode) as model:
         assert model.config()["kv_mode"] == mode
-        got = model._stepwise_logits(ids, 6, loops=3)
+        got = _testing.stepwise_logits(model, ids, 6, loops=3)
     rounding, tol = H_MODES[mode]
     if tol is not None:
         want = cached_stepwise(m, ids, 6, 3, 0, store_h=rounding)

@@ -398,7 +398,7 @@ def test_engine_decode_matches_prefill(tmp_path, wd):
     m = F.read_model(path)
     for mode in ("f32", "q8"):
         with tl.Model(path, kv_mode="fp32", quant_activations=mode) as model:
-            got = model._stepwise_logits(ids, 5, loops=2, cache_window=0)
+            got = tl._testing.stepwise_logits(model, ids, 5, loops=2, cache_window=0)
             full = model.score(ids, loops=2)[4:]
         want = reference.forward(m.config, m.tensors, ids, 2, quant_activations=mode)[4:]
         other = reference.forward(m.config, m.tensors, ids, 2)[4:] if mode == "q8" else None
