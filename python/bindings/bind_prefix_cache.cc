@@ -64,16 +64,9 @@ and the cache serves calls with that window only (docs/prefix-cache.md).)doc")
              fill_request(req, max_tokens, loops, temperature, top_k, top_p,
                           cache_window.value_or(cache.c->cache_window()), repetition_penalty,
                           stop_sequences, seed, stop_at_eos);
-             req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
-                                                early_exit_peek_every, early_exit_logit_margin);
-             req.grammar = to_grammar(grammar);
-             req.kv_loop_slots = kv_loop_slots;
-             runtime::GenerateResult res;
-             {
-               py::gil_scoped_release nogil;
-               res = cache.c->generate(ids, std::move(req));
-             }
-             return res.tokens;
+             fill_exit_grammar_slots(req, early_exit_patience, early_exit_min_L, early_exit_tau,
+                                     early_exit_peek_every, early_exit_logit_margin, grammar, kv_loop_slots);
+             return decode_tokens_without_gil([&] { return cache.c->generate(ids, std::move(req)); });
            },
            py::arg("cache"), py::arg("suffix"), py::arg("max_tokens") = 64, py::arg("loops") = py::none(),
            py::arg("temperature") = 0.0, py::arg("top_k") = 50, py::arg("top_p") = 1.0,

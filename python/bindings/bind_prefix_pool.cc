@@ -108,16 +108,9 @@ the pool's max_bytes.)doc")
              req.prompt = to_ids(prompt, "prompt");
              fill_request(req, max_tokens, loops, temperature, top_k, top_p, cache_window,
                           repetition_penalty, stop_sequences, seed, stop_at_eos);
-             req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
-                                                early_exit_peek_every, early_exit_logit_margin);
-             req.grammar = to_grammar(grammar);
-             req.kv_loop_slots = kv_loop_slots;
-             runtime::GenerateResult res;
-             {
-               py::gil_scoped_release nogil;
-               res = runtime::generate_with_pool(*e, pool, req);
-             }
-             return res.tokens;
+             fill_exit_grammar_slots(req, early_exit_patience, early_exit_min_L, early_exit_tau,
+                                     early_exit_peek_every, early_exit_logit_margin, grammar, kv_loop_slots);
+             return decode_tokens_without_gil([&] { return runtime::generate_with_pool(*e, pool, req); });
            },
            py::arg("pool"), py::arg("prompt"), py::arg("max_tokens") = 64, py::arg("loops") = py::none(),
            py::arg("temperature") = 0.0, py::arg("top_k") = 50, py::arg("top_p") = 1.0,

@@ -68,16 +68,9 @@ ResumeHandle.)doc")
              runtime::GenerateRequest req;
              fill_request(req, max_tokens.value_or(handle.h->max_tokens()), loops, temperature, top_k, top_p,
                           cache_window, repetition_penalty, stop_sequences, seed, stop_at_eos);
-             req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
-                                                early_exit_peek_every, early_exit_logit_margin);
-             req.grammar = to_grammar(grammar);
-             req.kv_loop_slots = kv_loop_slots;
-             runtime::GenerateResult res;
-             {
-               py::gil_scoped_release nogil;
-               res = handle.h->resume(std::move(req));
-             }
-             return res.tokens;
+             fill_exit_grammar_slots(req, early_exit_patience, early_exit_min_L, early_exit_tau,
+                                     early_exit_peek_every, early_exit_logit_margin, grammar, kv_loop_slots);
+             return decode_tokens_without_gil([&] { return handle.h->resume(std::move(req)); });
            },
            py::arg("handle"), py::arg("max_tokens") = py::none(), py::arg("loops") = py::none(),
            py::arg("temperature") = 0.0, py::arg("top_k") = 50, py::arg("top_p") = 1.0,

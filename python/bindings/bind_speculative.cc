@@ -3,8 +3,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <algorithm>
-#include <climits>
 #include <optional>
 
 #include "convert.h"
@@ -24,26 +22,19 @@ runtime::SpeculativeRequest make_request(const py::object& prompt, int64_t max_t
                                          const py::object& stop_sequences,
                                          std::optional<uint64_t> seed, bool stop_at_eos,
                                          const py::object& grammar, int64_t kv_loop_slots,
-                                         const runtime::EarlyExitParams& early_exit) {
+                                         int64_t early_exit_patience, int64_t early_exit_min_L,
+                                         double early_exit_tau, int64_t early_exit_peek_every,
+                                         double early_exit_logit_margin) {
   runtime::SpeculativeRequest r;
-  r.grammar = to_grammar(grammar);
-  r.kv_loop_slots = kv_loop_slots;
-  r.early_exit = early_exit;
   r.prompt = to_ids(prompt, "prompt");
-  r.max_tokens = max_tokens;
   r.draft_loops = draft_loops;
   r.verify_loops = verify_loops;
   r.draft_ahead = draft_ahead;
   r.k_branches = k_branches;
-  // top_k clamped into int as generate does (a huge top_k means "keep all").
-  r.sampling.temperature = static_cast<float>(temperature);
-  r.sampling.top_k = static_cast<int>(std::clamp<int64_t>(top_k, INT32_MIN, INT32_MAX));
-  r.sampling.top_p = static_cast<float>(top_p);
-  r.sampling.repetition_penalty = static_cast<float>(repetition_penalty);
-  r.cache_window = cache_window;
-  r.stop_sequences = to_stop_sequences(stop_sequences);
-  r.seed = seed;
-  r.stop_at_eos = stop_at_eos;
+  fill_sampling_and_stops(r, max_tokens, temperature, top_k, top_p, cache_window, repetition_penalty,
+                          stop_sequences, seed, stop_at_eos);
+  fill_exit_grammar_slots(r, early_exit_patience, early_exit_min_L, early_exit_tau, early_exit_peek_every,
+                          early_exit_logit_margin, grammar, kv_loop_slots);
   return r;
 }
 
@@ -58,6 +49,18 @@ py::dict to_dict(const runtime::SpeculativeResult& res) {
   d["accepted_tokens"] = res.accepted;
   d["tokens_emitted"] = res.tokens_emitted;
   return d;
+}
+
+// One speculative decode (chain or tree: run) with the GIL released, as a result dict.
+template <class Run>
+py::dict run_speculative(const PyModel& self, const runtime::SpeculativeRequest& req, Run run) {
+  auto e = self.engine();
+  runtime::SpeculativeResult res;
+  {
+    py::gil_scoped_release nogil;
+    res = run(*e, req);
+  }
+  return to_dict(res);
 }
 
 constexpr const char* kResultDoc =
@@ -77,18 +80,13 @@ void bind_speculative(py::module_& m, ModelClass& cls) {
          std::optional<uint64_t> seed, bool stop_at_eos, const py::object& grammar,
          int64_t kv_loop_slots, int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
          int64_t early_exit_peek_every, double early_exit_logit_margin) {
-        auto e = self.engine();
-        auto req = make_request(prompt, max_tokens, draft_loops, verify_loops, draft_ahead, 1,
-                                temperature, top_k, top_p, repetition_penalty, cache_window,
-                                stop_sequences, seed, stop_at_eos, grammar, kv_loop_slots,
-                                early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
-                                                  early_exit_peek_every, early_exit_logit_margin));
-        runtime::SpeculativeResult res;
-        {
-          py::gil_scoped_release nogil;
-          res = runtime::generate_speculative(*e, req);
-        }
-        return to_dict(res);
+        return run_speculative(self,
+                               make_request(prompt, max_tokens, draft_loops, verify_loops, draft_ahead, 1,
+                                            temperature, top_k, top_p, repetition_penalty, cache_window,
+                                            stop_sequences, seed, stop_at_eos, grammar, kv_loop_slots,
+                                            early_exit_patience, early_exit_min_L, early_exit_tau,
+                                            early_exit_peek_every, early_exit_logit_margin),
+                               runtime::generate_speculative);
       },
       py::arg("prompt"), py::arg("max_tokens") = 64, py::arg("draft_loops") = 2,
       py::arg("verify_loops") = 8, py::arg("draft_ahead") = 4, py::arg("temperature") = 0.0,
@@ -113,18 +111,13 @@ void bind_speculative(py::module_& m, ModelClass& cls) {
          const py::object& stop_sequences, std::optional<uint64_t> seed, bool stop_at_eos, const py::object& grammar,
          int64_t kv_loop_slots, int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
          int64_t early_exit_peek_every, double early_exit_logit_margin) {
-        auto e = self.engine();
-        auto req = make_request(prompt, max_tokens, draft_loops, verify_loops, draft_ahead,
-                                k_branches, temperature, top_k, top_p, repetition_penalty,
-                                cache_window, stop_sequences, seed, stop_at_eos, grammar, kv_loop_slots,
-                                early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
-                                                  early_exit_peek_every, early_exit_logit_margin));
-        runtime::SpeculativeResult res;
-        {
-          py::gil_scoped_release nogil;
-          res = runtime::generate_tree_speculative(*e, req);
-        }
-        return to_dict(res);
+        return run_speculative(self,
+                               make_request(prompt, max_tokens, draft_loops, verify_loops, draft_ahead,
+                                            k_branches, temperature, top_k, top_p, repetition_penalty,
+                                            cache_window, stop_sequences, seed, stop_at_eos, grammar,
+                                            kv_loop_slots, early_exit_patience, early_exit_min_L,
+                                            early_exit_tau, early_exit_peek_every, early_exit_logit_margin),
+                               runtime::generate_tree_speculative);
       },
       py::arg("prompt"), py::arg("max_tokens") = 64, py::arg("draft_loops") = 2,
       py::arg("verify_loops") = 8, py::arg("draft_ahead") = 4, py::arg("K_branches") = 1,

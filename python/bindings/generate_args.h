@@ -1,5 +1,6 @@
-// generate()'s keyword arguments -> runtime::GenerateRequest, shared by every binding that
-// decodes (generate / generate_stream, resume_generate). Range checks stay in the runtime,
+// generate()'s keyword arguments -> runtime::GenerateRequest (or SpeculativeRequest), shared by
+// every binding that decodes (generate / generate_stream, resume_generate, the prefix cache and
+// pool, speculative decoding). Range checks stay in the runtime,
 // which names the argument in its std::invalid_argument (a Python ValueError).
 #pragma once
 #include <pybind11/pybind11.h>
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "convert.h"
 #include "runtime/beam_search.h"
@@ -46,13 +48,14 @@ inline std::optional<uint64_t> to_seed(const py::object& seed) {
   return static_cast<uint64_t>(s);
 }
 
-// Everything of a request except the prompt.
-inline void fill_request(runtime::GenerateRequest& r, int64_t max_tokens, std::optional<int64_t> loops,
-                         double temperature, int64_t top_k, double top_p, int64_t cache_window,
-                         double repetition_penalty, const py::object& stop_sequences,
-                         std::optional<uint64_t> seed, bool stop_at_eos) {
+// The sampling and stop kwargs, shared by runtime::GenerateRequest and
+// runtime::SpeculativeRequest (both have these fields). top_k is clamped into int: a huge
+// top_k means "keep all".
+template <class Request>
+void fill_sampling_and_stops(Request& r, int64_t max_tokens, double temperature, int64_t top_k, double top_p,
+                             int64_t cache_window, double repetition_penalty, const py::object& stop_sequences,
+                             std::optional<uint64_t> seed, bool stop_at_eos) {
   r.max_tokens = max_tokens;
-  r.loops = loops;
   if (top_k > INT32_MAX) top_k = INT32_MAX;
   if (top_k < INT32_MIN) top_k = INT32_MIN;
   r.sampling.temperature = static_cast<float>(temperature);
@@ -65,6 +68,16 @@ inline void fill_request(runtime::GenerateRequest& r, int64_t max_tokens, std::o
   r.stop_at_eos = stop_at_eos;
 }
 
+// Everything of a request except the prompt and the depth / grammar kwargs.
+inline void fill_request(runtime::GenerateRequest& r, int64_t max_tokens, std::optional<int64_t> loops,
+                         double temperature, int64_t top_k, double top_p, int64_t cache_window,
+                         double repetition_penalty, const py::object& stop_sequences,
+                         std::optional<uint64_t> seed, bool stop_at_eos) {
+  fill_sampling_and_stops(r, max_tokens, temperature, top_k, top_p, cache_window, repetition_penalty,
+                          stop_sequences, seed, stop_at_eos);
+  r.loops = loops;
+}
+
 inline runtime::EarlyExitParams early_exit_params(int64_t patience, int64_t min_L, double tau,
                                                   int64_t peek_every, double logit_margin) {
   runtime::EarlyExitParams p;
@@ -74,6 +87,30 @@ inline runtime::EarlyExitParams early_exit_params(int64_t patience, int64_t min_
   p.peek_every = peek_every;
   p.logit_margin = logit_margin;
   return p;
+}
+
+// early_exit_* / grammar / kv_loop_slots, as every decoding binding takes them (generate_args
+// order); on a SpeculativeRequest they are carried only so the runtime can refuse them by name.
+template <class Request>
+void fill_exit_grammar_slots(Request& r, int64_t early_exit_patience, int64_t early_exit_min_L,
+                             double early_exit_tau, int64_t early_exit_peek_every, double early_exit_logit_margin,
+                             const py::object& grammar, int64_t kv_loop_slots) {
+  r.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau, early_exit_peek_every,
+                                   early_exit_logit_margin);
+  r.grammar = to_grammar(grammar);
+  r.kv_loop_slots = kv_loop_slots;
+}
+
+// Runs decode() (returning a runtime::GenerateResult) with the GIL released; returns the
+// tokens (prompt + new), what the list-returning decode methods give back.
+template <class Decode>
+std::vector<int32_t> decode_tokens_without_gil(Decode&& decode) {
+  runtime::GenerateResult res;
+  {
+    py::gil_scoped_release nogil;
+    res = decode();
+  }
+  return std::move(res.tokens);
 }
 
 // exit_gate / exit_gate_threshold / exit_gate_step (None = the model file's config); the
