@@ -65,6 +65,15 @@ class _Cursor:
         p = self.take(n, f"{what} ({n} bytes)")
         return bytes(self.buf[p:p + n]).decode("utf-8", "backslashreplace")
 
+    def new_name(self, what: str, kind: str, seen: set) -> str:
+        """A string naming a new entry: refused when `seen` (the names so far) has it;
+        added to `seen`. kind: the entry in the message ("metadata key", "tensor")."""
+        name = self.string(what)
+        if name in seen:
+            self.fail(f"{kind} '{name}' appears twice")
+        seen.add(name)
+        return name
+
     def count(self, n: int, each: int, what: str) -> None:
         """Refuse a count of items of at least `each` bytes that cannot fit in what is left."""
         if n > self.left() // max(1, each):
@@ -132,10 +141,7 @@ def check_gguf_structure(path: str) -> None:
         keys = set()
         alignment = _DEFAULT_ALIGNMENT
         for _ in range(n_kv):
-            key = c.string("a metadata key")
-            if key in keys:
-                c.fail(f"metadata key '{key}' appears twice")
-            keys.add(key)
+            key = c.new_name("a metadata key", "metadata key", keys)
             vtype = c.u32(f"the value type of metadata '{key}'")
             value = _skip_value(c, vtype, key)
             if key == "general.alignment":
@@ -147,10 +153,7 @@ def check_gguf_structure(path: str) -> None:
         from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
         for _ in range(n_tensors):
-            name = c.string("a tensor name")
-            if name in names:
-                c.fail(f"tensor '{name}' appears twice")
-            names.add(name)
+            name = c.new_name("a tensor name", "tensor", names)
             n_dims = c.u32(f"the dimension count of tensor '{name}'")
             if n_dims > _MAX_DIMS:
                 c.fail(f"tensor '{name}' has {n_dims} dimensions (at most {_MAX_DIMS})")

@@ -31,7 +31,7 @@ import numpy as np
 from .common import Job, Plan
 from .config_keys import check_config_keys
 from .hf_folder import HFFolder, config_float, config_int
-from .hf_llama import copy_job
+from .hf_llama import copy_job, finish_plan
 
 __all__ = ["plan_huginn"]
 
@@ -84,18 +84,30 @@ def _refuse(c: dict, src: str) -> None:
                          f"the Huginn converter and could change the model's outputs")
 
 
-def _init_state(c: dict, src: str, D: int, embed_scale: float) -> dict:
+def init_state_fields(c: dict, src: str, like_init_std, per_call: bool) -> dict:
+    """The family's initial-state fields for the recurrent-pretraining config's `state_init`
+    (Huginn's, and Parcae's, which keeps it): "zero" -> the zero state; "like-init" -> a
+    truncated normal of std like_init_std() (called only then), drawn afresh every forward
+    when per_call. Any other value is refused by name."""
     kind = c.get("state_init", "like-init")
     if kind == "zero":
         return dict(init_state="zeros")
     if kind != "like-init":
         raise ValueError(f"{src}: config field 'state_init' = {kind!r} is not supported "
                          f"(like-init or zero)")
-    iv = c.get("init_values") or {}
-    std = float(iv.get("std", math.sqrt(2.0 / (5.0 * D))))
-    # initialize_state: trunc_normal(std * init_scale) * emb_scale, redrawn every forward
-    return dict(init_state="random", init_state_std=std * embed_scale, init_state_seed=0,
-                init_state_per_call=True)
+    fields = dict(init_state="random", init_state_std=like_init_std(), init_state_seed=0)
+    if per_call:
+        fields["init_state_per_call"] = True
+    return fields
+
+
+def _init_state(c: dict, src: str, D: int, embed_scale: float) -> dict:
+    def std() -> float:
+        # initialize_state: trunc_normal(std * init_scale) * emb_scale, redrawn every forward
+        iv = c.get("init_values") or {}
+        return float(iv.get("std", math.sqrt(2.0 / (5.0 * D)))) * embed_scale
+
+    return init_state_fields(c, src, std, per_call=True)
 
 
 def _qk_bias_job(hf: str, tl: str, H: int, hd: int) -> Job:
@@ -177,12 +189,6 @@ def plan_huginn(folder: HFFolder) -> Plan:
         for i in range(n):
             jobs += _block_jobs(f"transformer.{group}.{i}.", f"{ours}.{i}.", D, H, hd, F, qk_bias)
     jobs.append(copy_job("transformer.ln_f.weight", (D,), "final_norm.weight"))
-    ignored = {"freqs_cis"}
-    if tied:
-        ignored.add("lm_head.weight")  # the released checkpoint stores the tied copy twice
-    else:
-        jobs.append(copy_job("lm_head.weight", (V, D), "head.weight"))
-    folder.check_float(set(folder.shapes) - {"freqs_cis"})
-    return Plan(src=src, config=config, jobs=jobs, source_shapes=folder.shapes,
-                load=folder.load, ignored=ignored, tokenizer_json=folder.tokenizer_json(),
-                chat_template=folder.chat_template())
+    # freqs_cis: a RoPE table the model registers as a persistent buffer. A tied released
+    # checkpoint stores the head's copy too (skipped).
+    return finish_plan(folder, config, jobs, tied, V, D, rope_tables={"freqs_cis"})

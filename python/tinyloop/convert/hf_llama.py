@@ -142,18 +142,23 @@ def plan_llama(folder: HFFolder) -> Plan:
         jobs.append(copy_job(hf + "post_attention_layernorm.weight", (D,), tl + "mlp_norm.weight"))
         jobs += mlp_jobs(hf + "mlp.", tl, D, F, mlp_bias)
     jobs.append(copy_job("model.norm.weight", (D,), "final_norm.weight"))
-    return llama_plan(folder, config, jobs, tied, V, D)
+    return finish_plan(folder, config, jobs, tied, V, D)
 
 
-def llama_plan(folder: HFFolder, config: dict, jobs: list, tied: bool, V: int, D: int) -> Plan:
-    """The end every Llama-style converter shares (Llama, Ouro, Nanbeige): the head (or a
-    tied checkpoint's duplicate skipped), persisted RoPE tables skipped, float tensors only."""
-    ignored = {n for n in folder.shapes if n.endswith("rotary_emb.inv_freq")}
+def finish_plan(folder: HFFolder, config: dict, jobs: list, tied: bool, V: int, D: int,
+                rope_tables: set | None = None, unused: frozenset | set = frozenset()) -> Plan:
+    """The end every Hugging Face converter shares (Llama, Ouro, Nanbeige, Huginn, Parcae):
+    the head (or a tied checkpoint's duplicate skipped); persisted RoPE tables skipped and
+    left out of the float check (rope_tables; default: Llama's rotary_emb.inv_freq buffers);
+    `unused` source tensors skipped; every other tensor must be float."""
+    if rope_tables is None:
+        rope_tables = {n for n in folder.shapes if n.endswith("rotary_emb.inv_freq")}
+    ignored = set(rope_tables) | set(unused)
     if tied:
         ignored.add("lm_head.weight")  # some checkpoints store the tied copy too
     else:
         jobs.append(copy_job("lm_head.weight", (V, D), "head.weight"))
-    folder.check_float(folder.shapes)
+    folder.check_float(set(folder.shapes) - set(rope_tables))
     return Plan(src=folder.path, config=config, jobs=jobs, source_shapes=folder.shapes,
                 load=folder.load, ignored=ignored, tokenizer_json=folder.tokenizer_json(),
                 chat_template=folder.chat_template())

@@ -34,7 +34,7 @@ from __future__ import annotations
 from .common import Plan
 from .config_keys import check_config_keys
 from .hf_folder import HFFolder, config_float, config_int
-from .hf_llama import (llama_plan, attention_jobs, check_act, check_rope_scaling, copy_job, llama_dims,
+from .hf_llama import (finish_plan, attention_jobs, check_act, check_rope_scaling, copy_job, llama_dims,
                        mlp_jobs, rope_theta)
 
 __all__ = ["plan_nanbeige", "NANBEIGE_UNDERSTOOD", "NANBEIGE_IGNORABLE"]
@@ -152,4 +152,4 @@ def plan_nanbeige(folder: HFFolder) -> Plan:
         jobs += mlp_jobs(hf + "mlp.", tl, D, F, mlp_bias)
     # One norm, two roles: after every loop (loop_norm), or once before the head.
     jobs.append(copy_job("model.norm.weight", (D,), "final_norm.weight" if skip else "loop_norm.weight"))
-    return llama_plan(folder, config, jobs, tied, V, D)
+    return finish_plan(folder, config, jobs, tied, V, D)

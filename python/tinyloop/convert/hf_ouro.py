@@ -28,7 +28,7 @@ from __future__ import annotations
 from .common import Plan
 from .config_keys import check_config_keys
 from .hf_folder import HFFolder, config_float, config_int
-from .hf_llama import (llama_plan, attention_jobs, check_act, check_rope_scaling, copy_job, llama_dims, mlp_jobs,
+from .hf_llama import (finish_plan, attention_jobs, check_act, check_rope_scaling, copy_job, llama_dims, mlp_jobs,
                        rope_theta)
 
 __all__ = ["plan_ouro", "OURO_UNDERSTOOD", "OURO_IGNORABLE"]
@@ -114,4 +114,4 @@ def plan_ouro(folder: HFFolder) -> Plan:
     jobs += [copy_job("model.norm.weight", (D,), "loop_norm.weight"),
              copy_job("model.early_exit_gate.weight", (1, D), "exit_gate.weight"),
              copy_job("model.early_exit_gate.bias", (1,), "exit_gate.bias")]
-    return llama_plan(folder, config, jobs, tied, V, D)
+    return finish_plan(folder, config, jobs, tied, V, D)

@@ -43,7 +43,8 @@ import numpy as np
 from .common import BF16Array, Job, Plan, as_bf16_values
 from .config_keys import check_config_keys
 from .hf_folder import HFFolder, config_float, config_int
-from .hf_llama import copy_job
+from .hf_huginn import init_state_fields
+from .hf_llama import copy_job, finish_plan
 
 __all__ = ["plan_parcae", "PARCAE_UNDERSTOOD", "PARCAE_IGNORABLE"]
 
@@ -137,15 +138,9 @@ def _dims(c: dict, src: str) -> tuple[int, int, int, int]:
 
 
 def _init_state(c: dict, src: str, D: int) -> dict:
-    kind = c.get("state_init", "like-init")
-    if kind == "zero":
-        return dict(init_state="zeros")
-    if kind != "like-init":
-        raise ValueError(f"{src}: config field 'state_init' = {kind!r} is not supported "
-                         f"(like-init or zero)")
     # initialize_state: trunc_normal(std = init.get_std("embedding")) * emb_scale, cut at
-    # 3 std; for scaled-zero the std is sqrt(2 / (5 n_embd)) and emb_scale is 1.
-    return dict(init_state="random", init_state_std=math.sqrt(2.0 / (5.0 * D)), init_state_seed=0)
+    # 3 std; for scaled-zero the std is sqrt(2 / (5 n_embd)) and emb_scale is 1. Drawn once.
+    return init_state_fields(c, src, lambda: math.sqrt(2.0 / (5.0 * D)), per_call=False)
 
 
 def _diagonal_inject_job(D: int) -> Job:
@@ -249,13 +244,5 @@ def plan_parcae(folder: HFFolder) -> Plan:
              copy_job("transformer.ln_f.weight", (D,), "final_norm.weight")]
     # freqs_cis: a RoPE table the model registers as a persistent buffer; unused: a value
     # table without its layer's gate, or a gate without its table, which the authors'
-    # attention never reads.
-    ignored = {"freqs_cis"} | unused
-    if tied:
-        ignored.add("lm_head.weight")  # the state dict holds the tied copy under both names
-    else:
-        jobs.append(copy_job("lm_head.weight", (V, D), "head.weight"))
-    folder.check_float(set(folder.shapes) - {"freqs_cis"})
-    return Plan(src=src, config=config, jobs=jobs, source_shapes=folder.shapes,
-                load=folder.load, ignored=ignored, tokenizer_json=folder.tokenizer_json(),
-                chat_template=folder.chat_template())
+    # attention never reads. A tied state dict holds the head's copy under both names.
+    return finish_plan(folder, config, jobs, tied, V, D, rope_tables={"freqs_cis"}, unused=unused)

@@ -6,16 +6,15 @@ import logging
 import time
 import uuid
 
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
-from . import sse
-from .completions import _raise_on_failure, _tinyloop
-from .errors import error_body
-from .job import Job, run_guarded
+from .job import Job
 from .logprobs import chat_logprobs
 from .params import build_kwargs, check_model, output_length
 from .prompts import chat_prompt_ids
 from .protocol import ChatCompletionRequest
+from .responses import (chunk_event, closing_events, collect_job, failure_event, stream_job,
+                        tinyloop_fields)
 
 log = logging.getLogger("tinyloop.server")
 
@@ -39,15 +38,10 @@ async def handle(state, request, req: ChatCompletionRequest):
     strip_lead = not templated
 
     if req.stream:
-        await run_guarded(request, job.start(), job.cancel)
-        return StreamingResponse(_stream(state, req, job, dict(base, object="chat.completion.chunk"), strip_lead),
-                                 media_type="text/event-stream", headers=sse.HEADERS)
+        return await stream_job(request, job,
+                                _stream(state, req, job, dict(base, object="chat.completion.chunk"), strip_lead))
 
-    try:
-        texts, entries = await run_guarded(request, job.collect(), job.cancel)
-    finally:
-        job.record()
-    _raise_on_failure(job)
+    texts, entries = await collect_job(request, job)
     choices = []
     for c in job.choices:
         text = "".join(texts[c.index])
@@ -55,7 +49,7 @@ async def handle(state, request, req: ChatCompletionRequest):
             text = text.lstrip(" ")
         choices.append({"index": c.index, "message": {"role": "assistant", "content": text, "refusal": None},
                         "logprobs": chat_logprobs(state, entries[c.index]) if k is not None else None,
-                        "finish_reason": c.finish_reason, "tinyloop": _tinyloop(c)})
+                        "finish_reason": c.finish_reason, "tinyloop": tinyloop_fields(c)})
     return JSONResponse(dict(base, choices=choices, usage=job.usage()))
 
 
@@ -69,10 +63,7 @@ async def _stream(state, req, job, base, strip_lead: bool):
         ch = {"index": index, "delta": delta,
               "logprobs": chat_logprobs(state, entries or []) if want_lp else None,
               "finish_reason": finish, "tinyloop": extra}
-        body = dict(base, choices=[ch])
-        if want_usage:
-            body["usage"] = None
-        return sse.event(body)
+        return chunk_event(base, ch, want_usage)
 
     try:
         for c in job.choices:  # the role first, as OpenAI does
@@ -84,15 +75,14 @@ async def _stream(state, req, job, base, strip_lead: bool):
                 text = text.lstrip(" ")
                 started[index] = bool(text)
             if piece.final:
-                if c.finish_reason == "error":
-                    yield sse.event(error_body(500, f"generation failed: {c.error}", None, "internal_error"))
+                if failure := failure_event(c):
+                    yield failure
                 delta = {"content": text} if text else {}
-                yield chunk(index, delta, piece.logprobs, c.finish_reason, dict(_tinyloop(c), loops=piece.loops))
+                yield chunk(index, delta, piece.logprobs, c.finish_reason, dict(tinyloop_fields(c), loops=piece.loops))
             elif text or piece.logprobs:
                 yield chunk(index, {"content": text}, piece.logprobs, None, {"loops": piece.loops})
-        if want_usage:
-            yield sse.event(dict(base, choices=[], usage=job.usage()))
-        yield sse.DONE
+        for event in closing_events(job, base, want_usage):
+            yield event
     finally:
         job.cancel()
         job.record()

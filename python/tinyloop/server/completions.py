@@ -9,22 +9,17 @@ import uuid
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from . import sse
-from .errors import ApiError, error_body
-from .job import Job, run_guarded
+from .job import Job
 from .logprobs import completion_logprobs, prompt_entries
 from .params import build_kwargs, check_model, output_length
 from .prompts import completion_prompt_ids
 from .protocol import CompletionRequest
+from .responses import (chunk_event, closing_events, collect_job, failure_event, stream_job,
+                        tinyloop_fields)
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 log = logging.getLogger("tinyloop.server")
-
-
-def _tinyloop(c) -> dict:
-    loops = c.loops_per_token
-    return {"loops_per_token": loops, "mean_loops": round(sum(loops) / len(loops), 4) if loops else None,
-            "stop_detail": c.output.stop_detail if c.output is not None else c.finish_reason}
 
 
 async def handle(state, request, req: CompletionRequest):
@@ -49,15 +44,9 @@ async def handle(state, request, req: CompletionRequest):
     base = {"id": rid, "object": "text_completion", "created": created, "model": state.model_name}
 
     if req.stream:
-        await run_guarded(request, job.start(), job.cancel)
-        return StreamingResponse(_stream(state, req, job, base, prompt_texts, echo_lp),
-                                 media_type="text/event-stream", headers=sse.HEADERS)
+        return await stream_job(request, job, _stream(state, req, job, base, prompt_texts, echo_lp))
 
-    try:
-        texts, entries = await run_guarded(request, job.collect(), job.cancel)
-    finally:
-        job.record()
-    _raise_on_failure(job)
+    texts, entries = await collect_job(request, job)
     choices = []
     for c in job.choices:
         p = c.index // req.n
@@ -68,19 +57,8 @@ async def handle(state, request, req: CompletionRequest):
             start = 0 if req.echo else len(prompt_texts[p])
             lp = completion_logprobs(state, head + entries[c.index], start)
         choices.append({"index": c.index, "text": (prompt_texts[p] if req.echo else "") + text,
-                        "logprobs": lp, "finish_reason": c.finish_reason, "tinyloop": _tinyloop(c)})
+                        "logprobs": lp, "finish_reason": c.finish_reason, "tinyloop": tinyloop_fields(c)})
     return JSONResponse(dict(base, choices=choices, usage=job.usage()))
-
-
-def _raise_on_failure(job) -> None:
-    for c in job.choices:
-        if c.finish_reason == "timeout":
-            raise ApiError(408, "the request did not finish within the server's --timeout", None, "timeout")
-        if c.finish_reason == "error":
-            raise ApiError(500, f"generation failed: {c.error}", None, "internal_error")
-        if c.finish_reason == "cancelled":
-            raise ApiError(503, "the request was cancelled (the server is shutting down)", None,
-                           "server_shutting_down")
 
 
 def _prompt_only(state, req, rid, created, prompts, prompt_texts, echo_lp):
@@ -119,10 +97,7 @@ async def _stream(state, req, job, base, prompt_texts, echo_lp):
             lp = completion_logprobs(job.state, entries or [], offsets[index])
             offsets[index] += sum(len(t) for t in lp["tokens"])
         ch = {"index": index, "text": text, "logprobs": lp, "finish_reason": finish, "tinyloop": extra}
-        body = dict(base, choices=[ch])
-        if want_usage:
-            body["usage"] = None
-        return sse.event(body)
+        return chunk_event(base, ch, want_usage)
 
     try:
         if req.echo:
@@ -132,15 +107,14 @@ async def _stream(state, req, job, base, prompt_texts, echo_lp):
         async for index, piece in job.pieces():
             c = by_index[index]
             if piece.final:
-                if c.finish_reason == "error":
-                    yield sse.event(error_body(500, f"generation failed: {c.error}", None, "internal_error"))
-                extra = dict(_tinyloop(c), loops=piece.loops)
+                if failure := failure_event(c):
+                    yield failure
+                extra = dict(tinyloop_fields(c), loops=piece.loops)
                 yield chunk(index, piece.text, piece.logprobs, c.finish_reason, extra)
             elif piece.text:
                 yield chunk(index, piece.text, piece.logprobs, None, {"loops": piece.loops})
-        if want_usage:
-            yield sse.event(dict(base, choices=[], usage=job.usage()))
-        yield sse.DONE
+        for event in closing_events(job, base, want_usage):
+            yield event
     finally:
         job.cancel()
         job.record()
