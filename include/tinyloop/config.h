@@ -1,10 +1,13 @@
 // The model config of a .tinyloop file (docs/model-format.md, "Config").
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "tinyloop/config_enums.h"
 
 namespace tinyloop {
 
@@ -23,69 +26,29 @@ inline constexpr float kQkNormEps = 1.1920928955078125e-07f;
 // the layer's normed input (docs/model-format.md).
 inline constexpr int64_t kValueGateDim = 32;
 
-enum class NormType { RMSNorm, LayerNorm };
-enum class NormPlacement { Pre, HuginnSandwich, OuroSandwich };
-enum class PosEncoding { RopeHalf, RopeInterleaved, Learned, None };
-enum class MlpType { SwiGLU, GELU, GELUTanh, ReLU2 };
-enum class InitState { Input, Zeros, Random };
-enum class Inject { None, Add, LinearConcat };
-enum class PostLoopNorm { None, Final, Own };
-// How Ouro's learned exit gate picks a token's logits (docs/loop-depth.md, "Exit gate"):
-// Off = the last iteration's; Threshold = the first iteration whose exit CDF reaches
-// exit_gate_threshold; Step = iteration exit_gate_step; Weighted = the exit distribution's
-// mixture of every iteration's logits.
-enum class ExitGateMode { Off, Threshold, Step, Weighted };
+// Whether a TL_INT field of config_fields.def must be given, has a plain default, or has
+// a default computed from other fields (config.cc: fill_derived_defaults).
+enum class FieldPresence { Required, Optional, Derived };
+// The `max` of a TL_INT field without an upper limit.
+inline constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
 
+// Every member is declared in config_fields.def (one line a field, with its default).
 struct ModelConfig {
-  int64_t dim = 0;
-  int64_t vocab_size = 0;
-  int64_t n_heads = 0;
-  int64_t n_kv_heads = 0;
-  int64_t head_dim = 0;
-  int64_t ffn_dim = 0;
-  int64_t n_pre_blocks = 0;
-  int64_t n_loop_layers = 0;
-  int64_t n_post_blocks = 0;
-  int64_t default_loops = 1;
-  int64_t max_seq_len = 2048;
-  NormType norm_type = NormType::RMSNorm;
-  double norm_eps = 1e-5;
-  bool norm_bias = false;
-  NormPlacement norm_placement = NormPlacement::Pre;
-  bool qkv_fused = false;
-  bool attn_qkv_bias = false;
-  bool attn_out_bias = false;
-  bool mlp_bias = false;
-  bool qk_norm = false;  // q and k of each head divided by their RMS after RoPE (Parcae)
-  // Layers (indices over pre, loop, post layers in order) whose v gets a gated per-token
-  // value embedding (Parcae's value_embeds / ve_gate).
-  std::vector<int64_t> value_embed_layers;
-  PosEncoding pos_encoding = PosEncoding::RopeHalf;
-  double rope_theta = 10000.0;
-  MlpType mlp = MlpType::SwiGLU;
-  double embed_scale = 1.0;
-  InitState init_state = InitState::Input;
-  double init_state_std = 0.0;
-  uint64_t init_state_seed = 0;
-  // true: a random initial state is drawn per call from the call's seed (fresh entropy
-  // without one), as Huginn's reference draws it per forward; false: init_state_seed,
-  // the same state for every call (docs/model-format.md).
-  bool init_state_per_call = false;
-  bool prelude_norm = false;  // a norm on the loop input, after the pre blocks (Parcae)
-  Inject inject = Inject::None;
-  bool loop_norm = false;
-  PostLoopNorm post_loop_norm = PostLoopNorm::None;
-  bool post_loop_proj = false;  // a [D, D] linear on the loop output (Parcae's C)
-  bool final_norm = true;
-  bool tie_embeddings = false;
-  bool exit_gate = false;
-  // The gate's default rule, as Ouro's reference reads it from config.json
-  // (docs/convert.md, "Ouro"); a call's exit_gate* kwargs override it.
-  ExitGateMode exit_gate_mode = ExitGateMode::Off;
-  double exit_gate_threshold = 1.0;  // in [0, 1]
-  int64_t exit_gate_step = 0;        // 1-based iteration (Step mode needs >= 1)
-  std::optional<int64_t> bos_id;
-  std::vector<int64_t> eos_ids;
+#define TL_INT(name, def, presence, min, max, doc) int64_t name = def;
+#define TL_UINT(name, def, doc) uint64_t name = def;
+#define TL_FLOAT(name, def, doc) double name = def;
+#define TL_BOOL(name, def, doc) bool name = def;
+#define TL_ENUM(name, type, def, doc) type name = def;
+#define TL_OPT_INT(name, doc) std::optional<int64_t> name;
+#define TL_INT_LIST(name, doc) std::vector<int64_t> name;
+#include "tinyloop/config_fields.def"
+#undef TL_INT
+#undef TL_UINT
+#undef TL_FLOAT
+#undef TL_BOOL
+#undef TL_ENUM
+#undef TL_OPT_INT
+#undef TL_INT_LIST
 
   bool sandwich() const { return norm_placement != NormPlacement::Pre; }
   // Whether layer `index` (over pre, loop, post layers in order) has a value embedding.
@@ -108,6 +71,11 @@ struct ModelConfig {
 ModelConfig parse_config(const std::string& json_text);
 // The config as JSON text (every field written, so it round-trips).
 std::string config_to_json(const ModelConfig& c);
+// The field table of config_fields.def as JSON text, for the Python package
+// (docs/model-format.md, "Adding a config field"): a list of {"name", "kind" ("int",
+// "uint64", "float", "bool", "enum", "int_or_null", "int_list"), "default" (null when
+// required or derived), "required", "derived", "min" / "max" (int), "choices" (enum), "doc"}.
+std::string config_schema_json();
 
 }  // namespace tinyloop
 

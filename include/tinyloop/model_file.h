@@ -7,12 +7,9 @@
 #include <vector>
 
 #include "tinyloop/config.h"
+#include "tinyloop/container_format.h"
 
 namespace tinyloop {
-
-// Raw safetensors dtype of a stored tensor: F32/F16/BF16 weights, and (format version 2)
-// I8 / U8 for int8 / int4 weights with `.scales` / `.offsets` companions.
-enum class StoredDType { F32, F16, BF16, I8, U8, I32, I64, F64, Unknown };
 
 struct TensorInfo {
   std::string name;

@@ -81,45 +81,14 @@ std::vector<int64_t> read_int_list(const json& v, const char* field) {
   return out;
 }
 
-// ---- enums: one name table per enum, used both ways so parse and dump cannot disagree ----
+// ---- enums: names from config_enums.h, so parse, write and the schema cannot disagree ----
 
 template <class E>
-struct EnumName {
-  const char* name;
-  E value;
-};
-
-constexpr EnumName<NormType> kNormTypes[] = {{"rmsnorm", NormType::RMSNorm},
-                                             {"layernorm", NormType::LayerNorm}};
-constexpr EnumName<NormPlacement> kPlacements[] = {
-    {"pre", NormPlacement::Pre},
-    {"huginn_sandwich", NormPlacement::HuginnSandwich},
-    {"ouro_sandwich", NormPlacement::OuroSandwich}};
-constexpr EnumName<PosEncoding> kPosEncodings[] = {
-    {"rope_half", PosEncoding::RopeHalf},
-    {"rope_interleaved", PosEncoding::RopeInterleaved},
-    {"learned", PosEncoding::Learned},
-    {"none", PosEncoding::None}};
-constexpr EnumName<MlpType> kMlps[] = {
-    {"swiglu", MlpType::SwiGLU}, {"gelu", MlpType::GELU}, {"gelu_tanh", MlpType::GELUTanh},
-    {"relu2", MlpType::ReLU2}};
-constexpr EnumName<InitState> kInitStates[] = {
-    {"input", InitState::Input}, {"zeros", InitState::Zeros}, {"random", InitState::Random}};
-constexpr EnumName<Inject> kInjects[] = {
-    {"none", Inject::None}, {"add", Inject::Add}, {"linear_concat", Inject::LinearConcat}};
-constexpr EnumName<PostLoopNorm> kPostLoopNorms[] = {
-    {"none", PostLoopNorm::None}, {"final", PostLoopNorm::Final}, {"own", PostLoopNorm::Own}};
-constexpr EnumName<ExitGateMode> kExitGateModes[] = {{"off", ExitGateMode::Off},
-                                                     {"threshold", ExitGateMode::Threshold},
-                                                     {"step", ExitGateMode::Step},
-                                                     {"weighted", ExitGateMode::Weighted}};
-
-template <class E, size_t N>
-E read_enum(const json& v, const char* field, const EnumName<E> (&table)[N]) {
+E read_enum(const json& v, const char* field) {
   if (!v.is_string()) wrong_type(field, "a string", v);
   const std::string s = v.get<std::string>();
   std::string allowed;
-  for (const auto& e : table) {
+  for (const auto& e : enum_names(E{})) {
     if (s == e.name) return e.value;
     allowed += (allowed.empty() ? "" : ", ") + quoted(e.name);
   }
@@ -127,74 +96,36 @@ E read_enum(const json& v, const char* field, const EnumName<E> (&table)[N]) {
        allowed + ")");
 }
 
-template <class E, size_t N>
-const char* enum_name(E value, const EnumName<E> (&table)[N]) {
-  for (const auto& e : table)
-    if (e.value == value) return e.name;
-  return "?";  // unreachable for a valid enum value
-}
-
-// ---- the field table: name -> reader into ModelConfig ----
+// ---- the field table (config_fields.def): name -> reader into ModelConfig ----
 
 struct FieldSpec {
   const char* name;
   void (*read)(const json& v, ModelConfig& c);
+  FieldPresence presence;
 };
 
-#define TL_FIELD(name, reader) \
-  {#name, [](const json& v, ModelConfig& c) { c.name = reader(v, #name); }}
-#define TL_ENUM(name, table) \
-  {#name, [](const json& v, ModelConfig& c) { c.name = read_enum(v, #name, table); }}
+#define TL_READ(name, reader, presence) \
+  {#name, [](const json& v, ModelConfig& c) { c.name = reader(v, #name); }, FieldPresence::presence},
+#define TL_INT(name, def, presence, min, max, doc) TL_READ(name, read_int, presence)
+#define TL_UINT(name, def, doc) TL_READ(name, read_uint, Optional)
+#define TL_FLOAT(name, def, doc) TL_READ(name, read_float, Optional)
+#define TL_BOOL(name, def, doc) TL_READ(name, read_bool, Optional)
+#define TL_ENUM(name, type, def, doc) TL_READ(name, read_enum<type>, Optional)
+#define TL_OPT_INT(name, doc) TL_READ(name, read_optional_int, Optional)
+#define TL_INT_LIST(name, doc) TL_READ(name, read_int_list, Optional)
 
 const FieldSpec kFields[] = {
-    TL_FIELD(dim, read_int),
-    TL_FIELD(vocab_size, read_int),
-    TL_FIELD(n_heads, read_int),
-    TL_FIELD(n_kv_heads, read_int),
-    TL_FIELD(head_dim, read_int),
-    TL_FIELD(ffn_dim, read_int),
-    TL_FIELD(n_pre_blocks, read_int),
-    TL_FIELD(n_loop_layers, read_int),
-    TL_FIELD(n_post_blocks, read_int),
-    TL_FIELD(default_loops, read_int),
-    TL_FIELD(max_seq_len, read_int),
-    TL_ENUM(norm_type, kNormTypes),
-    TL_FIELD(norm_eps, read_float),
-    TL_FIELD(norm_bias, read_bool),
-    TL_ENUM(norm_placement, kPlacements),
-    TL_FIELD(qkv_fused, read_bool),
-    TL_FIELD(attn_qkv_bias, read_bool),
-    TL_FIELD(attn_out_bias, read_bool),
-    TL_FIELD(mlp_bias, read_bool),
-    TL_FIELD(qk_norm, read_bool),
-    TL_FIELD(value_embed_layers, read_int_list),
-    TL_ENUM(pos_encoding, kPosEncodings),
-    TL_FIELD(rope_theta, read_float),
-    TL_ENUM(mlp, kMlps),
-    TL_FIELD(embed_scale, read_float),
-    TL_ENUM(init_state, kInitStates),
-    TL_FIELD(init_state_std, read_float),
-    TL_FIELD(init_state_seed, read_uint),
-    TL_FIELD(init_state_per_call, read_bool),
-    TL_FIELD(prelude_norm, read_bool),
-    TL_ENUM(inject, kInjects),
-    TL_FIELD(loop_norm, read_bool),
-    TL_ENUM(post_loop_norm, kPostLoopNorms),
-    TL_FIELD(post_loop_proj, read_bool),
-    TL_FIELD(final_norm, read_bool),
-    TL_FIELD(tie_embeddings, read_bool),
-    TL_FIELD(exit_gate, read_bool),
-    TL_ENUM(exit_gate_mode, kExitGateModes),
-    TL_FIELD(exit_gate_threshold, read_float),
-    TL_FIELD(exit_gate_step, read_int),
-    TL_FIELD(bos_id, read_optional_int),
-    TL_FIELD(eos_ids, read_int_list),
+#include "tinyloop/config_fields.def"
 };
 
-#undef TL_FIELD
+#undef TL_INT
+#undef TL_UINT
+#undef TL_FLOAT
+#undef TL_BOOL
 #undef TL_ENUM
-
-const char* const kRequired[] = {"dim", "vocab_size", "n_heads", "ffn_dim", "n_loop_layers"};
+#undef TL_OPT_INT
+#undef TL_INT_LIST
+#undef TL_READ
 
 const FieldSpec* find_field(const std::string& name) {
   for (const auto& f : kFields)
@@ -247,8 +178,9 @@ std::set<std::string> read_fields(const json& j, ModelConfig& c) {
 }
 
 void check_required(const std::set<std::string>& present) {
-  for (const char* name : kRequired)
-    if (!present.count(name)) fail("missing required field " + quoted(name));
+  for (const auto& f : kFields)
+    if (f.presence == FieldPresence::Required && !present.count(f.name))
+      fail("missing required field " + quoted(f.name));
 }
 
 // n_kv_heads and head_dim default from other fields, so they are filled after reading.
@@ -277,22 +209,28 @@ void require_at_most(int64_t value, int64_t max, const char* field) {
          std::to_string(value));
 }
 
+// The min / max of every TL_INT field. Refused at load, not at the first call (a file saying
+// default_loops = 2^59 once loaded and then crashed generate()).
 void check_sizes(const ModelConfig& c) {
-  require_at_least(c.dim, 1, "dim");
-  require_at_least(c.vocab_size, 1, "vocab_size");
-  require_at_least(c.n_heads, 1, "n_heads");
-  require_at_least(c.n_kv_heads, 1, "n_kv_heads");
-  require_at_least(c.head_dim, 1, "head_dim");
-  require_at_least(c.ffn_dim, 1, "ffn_dim");
-  require_at_least(c.n_pre_blocks, 0, "n_pre_blocks");
-  require_at_least(c.n_loop_layers, 1, "n_loop_layers");
-  require_at_least(c.n_post_blocks, 0, "n_post_blocks");
-  require_at_least(c.default_loops, 1, "default_loops");
-  require_at_least(c.max_seq_len, 1, "max_seq_len");
-  // Refused at load, not at the first call (a file saying default_loops = 2^59 once loaded
-  // and then crashed generate()).
-  require_at_most(c.default_loops, kMaxLoops, "default_loops");
-  require_at_most(c.max_seq_len, kMaxSeqLen, "max_seq_len");
+#define TL_INT(name, def, presence, min, max, doc) require_at_least(c.name, min, #name);
+#define TL_UINT(name, def, doc)
+#define TL_FLOAT(name, def, doc)
+#define TL_BOOL(name, def, doc)
+#define TL_ENUM(name, type, def, doc)
+#define TL_OPT_INT(name, doc)
+#define TL_INT_LIST(name, doc)
+#include "tinyloop/config_fields.def"
+#undef TL_INT
+#define TL_INT(name, def, presence, min, max, doc) \
+  if (max != kNoLimit) require_at_most(c.name, max, #name);
+#include "tinyloop/config_fields.def"
+#undef TL_INT
+#undef TL_UINT
+#undef TL_FLOAT
+#undef TL_BOOL
+#undef TL_ENUM
+#undef TL_OPT_INT
+#undef TL_INT_LIST
 }
 
 void check_heads(const ModelConfig& c) {
@@ -325,8 +263,6 @@ void check_exit_gate(const ModelConfig& c) {
     fail("field 'exit_gate_mode' is not 'off' but 'exit_gate' is false");
   if (c.exit_gate_threshold < 0 || c.exit_gate_threshold > 1)
     fail("field 'exit_gate_threshold' must be in [0, 1], got " + std::to_string(c.exit_gate_threshold));
-  require_at_least(c.exit_gate_step, 0, "exit_gate_step");
-  require_at_most(c.exit_gate_step, kMaxLoops, "exit_gate_step");
   if (c.exit_gate_mode == ExitGateMode::Step && c.exit_gate_step < 1)
     fail("field 'exit_gate_step' must be >= 1 when 'exit_gate_mode' is 'step'");
 }
@@ -450,50 +386,25 @@ ModelConfig parse_config(const std::string& json_text) {
 }
 
 std::string config_to_json(const ModelConfig& c) {
-  // ordered_json keeps the doc's field order, which is easier to read in a file's metadata.
+  // ordered_json keeps the table's (= the doc's) field order, easier to read in a file's
+  // metadata.
   nlohmann::ordered_json j;
-  j["dim"] = c.dim;
-  j["vocab_size"] = c.vocab_size;
-  j["n_heads"] = c.n_heads;
-  j["n_kv_heads"] = c.n_kv_heads;
-  j["head_dim"] = c.head_dim;
-  j["ffn_dim"] = c.ffn_dim;
-  j["n_pre_blocks"] = c.n_pre_blocks;
-  j["n_loop_layers"] = c.n_loop_layers;
-  j["n_post_blocks"] = c.n_post_blocks;
-  j["default_loops"] = c.default_loops;
-  j["max_seq_len"] = c.max_seq_len;
-  j["norm_type"] = enum_name(c.norm_type, kNormTypes);
-  j["norm_eps"] = c.norm_eps;
-  j["norm_bias"] = c.norm_bias;
-  j["norm_placement"] = enum_name(c.norm_placement, kPlacements);
-  j["qkv_fused"] = c.qkv_fused;
-  j["attn_qkv_bias"] = c.attn_qkv_bias;
-  j["attn_out_bias"] = c.attn_out_bias;
-  j["mlp_bias"] = c.mlp_bias;
-  j["qk_norm"] = c.qk_norm;
-  j["value_embed_layers"] = c.value_embed_layers;
-  j["pos_encoding"] = enum_name(c.pos_encoding, kPosEncodings);
-  j["rope_theta"] = c.rope_theta;
-  j["mlp"] = enum_name(c.mlp, kMlps);
-  j["embed_scale"] = c.embed_scale;
-  j["init_state"] = enum_name(c.init_state, kInitStates);
-  j["init_state_std"] = c.init_state_std;
-  j["init_state_seed"] = c.init_state_seed;
-  j["init_state_per_call"] = c.init_state_per_call;
-  j["prelude_norm"] = c.prelude_norm;
-  j["inject"] = enum_name(c.inject, kInjects);
-  j["loop_norm"] = c.loop_norm;
-  j["post_loop_norm"] = enum_name(c.post_loop_norm, kPostLoopNorms);
-  j["post_loop_proj"] = c.post_loop_proj;
-  j["final_norm"] = c.final_norm;
-  j["tie_embeddings"] = c.tie_embeddings;
-  j["exit_gate"] = c.exit_gate;
-  j["exit_gate_mode"] = enum_name(c.exit_gate_mode, kExitGateModes);
-  j["exit_gate_threshold"] = c.exit_gate_threshold;
-  j["exit_gate_step"] = c.exit_gate_step;
-  j["bos_id"] = c.bos_id ? nlohmann::ordered_json(*c.bos_id) : nlohmann::ordered_json(nullptr);
-  j["eos_ids"] = c.eos_ids;
+#define TL_INT(name, def, presence, min, max, doc) j[#name] = c.name;
+#define TL_UINT(name, def, doc) j[#name] = c.name;
+#define TL_FLOAT(name, def, doc) j[#name] = c.name;
+#define TL_BOOL(name, def, doc) j[#name] = c.name;
+#define TL_ENUM(name, type, def, doc) j[#name] = enum_name(c.name);
+#define TL_OPT_INT(name, doc) \
+  j[#name] = c.name ? nlohmann::ordered_json(*c.name) : nlohmann::ordered_json(nullptr);
+#define TL_INT_LIST(name, doc) j[#name] = c.name;
+#include "tinyloop/config_fields.def"
+#undef TL_INT
+#undef TL_UINT
+#undef TL_FLOAT
+#undef TL_BOOL
+#undef TL_ENUM
+#undef TL_OPT_INT
+#undef TL_INT_LIST
   return j.dump();
 }
 

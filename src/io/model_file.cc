@@ -27,13 +27,6 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr uint64_t kHeaderLenBytes = 8;
-constexpr const char* kMetadataKey = "__metadata__";
-// Version 1: float weights. Version 2 adds int8 / int4 weights (I8 / U8 tensors with
-// `.scales` / `.offsets` companions); a version-1 file must not hold them.
-constexpr const char* kFormatVersion1 = "1";
-constexpr const char* kFormatVersion2 = "2";
-
 std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
 // Every FormatError names the file, so a message is useful on its own in a log.
@@ -181,15 +174,20 @@ const std::string& required_key(const std::map<std::string, std::string>& md, co
 // Checked before the tensors, so a newer file is refused as "unknown version" rather than
 // for some dtype or layout this reader happens not to know.
 void check_format(const std::map<std::string, std::string>& md, const std::string& path) {
-  const std::string& format = required_key(md, "format", path);
-  if (format != "tinyloop") fail(path, "__metadata__ format is " + quoted(format) + ", expected 'tinyloop'");
-  const std::string& version = required_key(md, "format_version", path);
-  if (version != kFormatVersion1 && version != kFormatVersion2)
-    fail(path, "unknown format_version " + quoted(version) + " (this reader knows versions 1 and 2)");
+  const std::string& format = required_key(md, kMetaFormat, path);
+  if (format != kFormatName)
+    fail(path, "__metadata__ format is " + quoted(format) + ", expected " + quoted(kFormatName));
+  const std::string& version = required_key(md, kMetaFormatVersion, path);
+  std::string known;
+  for (const char* v : kFormatVersions) {
+    if (version == v) return;
+    known += std::string(known.empty() ? "" : " and ") + v;
+  }
+  fail(path, "unknown format_version " + quoted(version) + " (this reader knows versions " + known + ")");
 }
 
 ModelConfig read_config(const std::map<std::string, std::string>& md, const std::string& path) {
-  const std::string& text = required_key(md, "config", path);
+  const std::string& text = required_key(md, kMetaConfig, path);
   try {
     return parse_config(text);
   } catch (const FormatError& e) {
@@ -199,23 +197,7 @@ ModelConfig read_config(const std::map<std::string, std::string>& md, const std:
 
 // ---- one tensor entry ----
 
-struct DTypeInfo {
-  const char* name;
-  StoredDType dtype;
-  uint64_t size;
-};
-
-constexpr DTypeInfo kDTypes[] = {
-    {"F32", StoredDType::F32, 4}, {"F16", StoredDType::F16, 2}, {"BF16", StoredDType::BF16, 2},
-    {"I8", StoredDType::I8, 1},   {"U8", StoredDType::U8, 1},   {"I32", StoredDType::I32, 4},
-    {"I64", StoredDType::I64, 8}, {"F64", StoredDType::F64, 8},
-};
-
-const DTypeInfo* find_dtype(const std::string& name) {
-  for (const auto& d : kDTypes)
-    if (name == d.name) return &d;
-  return nullptr;
-}
+const DTypeInfo* find_dtype(const std::string& name) { return find_dtype_info(name.c_str()); }
 
 // A tensor entry before it is bound to the mapping: offsets relative to the data section.
 struct Entry {
@@ -333,11 +315,7 @@ void check_tiling(std::vector<const Entry*> entries, uint64_t data_size, const s
                    std::to_string(data_size) + ") at its end belong to no tensor");
 }
 
-uint64_t element_size(StoredDType t) {
-  for (const auto& d : kDTypes)
-    if (d.dtype == t) return d.size;
-  return 1;
-}
+uint64_t element_size(StoredDType t) { return dtype_info(t).size; }
 
 // The engine computes straight from the mapping (page-aligned), so a tensor's file offset
 // must be a multiple of its element size or its typed loads would be misaligned.
@@ -359,7 +337,7 @@ bool must_be_f32(const std::string& name) {
   return ends_with(name, ".bias") || ends_with(name, "norm.weight");
 }
 
-bool is_quant_dtype(StoredDType t) { return t == StoredDType::I8 || t == StoredDType::U8; }
+bool is_quant_dtype(StoredDType t) { return dtype_info(t).use == DTypeUse::Quantized; }
 
 // The weights that may be stored int8 / int4: every linear, the embedding and the head.
 bool quantizable(const std::string& name) {
@@ -378,9 +356,7 @@ void check_dtype(const TensorInfo& t, const std::string& path) {
       fail_tensor(path, t.name, "dtype " + t.dtype_name + " not supported: norms and biases must be F32");
     return;
   }
-  const bool computable = t.dtype == StoredDType::F32 || t.dtype == StoredDType::F16 ||
-                          t.dtype == StoredDType::BF16;
-  if (!computable)
+  if (dtype_info(t.dtype).use != DTypeUse::Float)
     fail_tensor(path, t.name, "dtype " + t.dtype_name +
                                   " not supported (weights are F32, F16 or BF16, or I8 / U8 with "
                                   "scales under format version 2)");
@@ -412,7 +388,7 @@ void check_quantized(const TensorInfo& t, const std::vector<int64_t>& shape,
     const auto it = tensors.find(cname);
     if (it == tensors.end()) fail_tensor(path, cname, "missing (the " + t.dtype_name + " weight needs it)");
     const TensorInfo& c = it->second;
-    if (c.dtype != StoredDType::F16 && c.dtype != StoredDType::F32)
+    if (!dtype_info(c.dtype).scale)
       fail_tensor(path, cname, "dtype " + c.dtype_name + " not supported: scales and offsets are F16 or F32");
     if (!scales) {
       if (c.shape.size() != 2 || c.shape[0] != N || c.shape[1] <= 0 || K % c.shape[1] != 0)
@@ -449,7 +425,7 @@ void check_layer_count(const ModelConfig& c, size_t n_tensors, const std::string
 
 void check_against_config(const ModelConfig& c, const std::map<std::string, TensorInfo>& tensors,
                           const std::string& version, const std::string& path) {
-  if (version == kFormatVersion1)
+  if (version == kFormatVersionFloat)
     for (const auto& [name, info] : tensors)
       if (is_quant_dtype(info.dtype))
         fail_tensor(path, name, "dtype " + info.dtype_name +
@@ -514,7 +490,7 @@ std::shared_ptr<const ModelFile> ModelFile::open(const std::string& path, bool u
     f->tensors_.emplace(e.info.name, std::move(e.info));
   }
   f->config_ = read_config(f->metadata_, path);
-  check_against_config(f->config_, f->tensors_, f->metadata_.at("format_version"), path);
+  check_against_config(f->config_, f->tensors_, f->metadata_.at(kMetaFormatVersion), path);
   return f;
 }
 
@@ -529,12 +505,12 @@ const TensorInfo* ModelFile::find(const std::string& name) const {
 }
 
 std::string ModelFile::tokenizer_json() const {
-  const auto it = metadata_.find("tokenizer");
+  const auto it = metadata_.find(kMetaTokenizer);
   return it == metadata_.end() ? std::string() : it->second;
 }
 
 std::string ModelFile::chat_template() const {
-  const auto it = metadata_.find("chat_template");
+  const auto it = metadata_.find(kMetaChatTemplate);
   return it == metadata_.end() ? std::string() : it->second;
 }
 
