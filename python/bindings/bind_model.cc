@@ -20,76 +20,14 @@
 namespace tinyloop::py_bind {
 namespace {
 
-const char* name_of(NormType v) { return v == NormType::RMSNorm ? "rmsnorm" : "layernorm"; }
-const char* name_of(NormPlacement v) {
-  return v == NormPlacement::Pre ? "pre" : v == NormPlacement::HuginnSandwich ? "huginn_sandwich" : "ouro_sandwich";
-}
-const char* name_of(PosEncoding v) {
-  switch (v) {
-    case PosEncoding::RopeHalf: return "rope_half";
-    case PosEncoding::RopeInterleaved: return "rope_interleaved";
-    case PosEncoding::Learned: return "learned";
-    default: return "none";
-  }
-}
-const char* name_of(MlpType v) {
-  switch (v) {
-    case MlpType::SwiGLU: return "swiglu";
-    case MlpType::GELU: return "gelu";
-    case MlpType::GELUTanh: return "gelu_tanh";
-    default: return "relu2";
-  }
-}
-const char* name_of(InitState v) { return v == InitState::Input ? "input" : v == InitState::Zeros ? "zeros" : "random"; }
-const char* name_of(Inject v) { return v == Inject::None ? "none" : v == Inject::Add ? "add" : "linear_concat"; }
-const char* name_of(PostLoopNorm v) { return v == PostLoopNorm::None ? "none" : v == PostLoopNorm::Final ? "final" : "own"; }
-
+// Every field of the file's config (the table of include/tinyloop/config_fields.def, as
+// config_to_json writes it), then what this Model adds: max_seq_len is the one it was
+// opened with (the file's is trained_max_seq_len) and the engine's storage choices.
 py::dict config_dict(const Engine& e) {
   const ModelConfig& c = e.config();
-  py::dict d;
-  d["dim"] = c.dim;
-  d["vocab_size"] = c.vocab_size;
-  d["n_heads"] = c.n_heads;
-  d["n_kv_heads"] = c.n_kv_heads;
-  d["head_dim"] = c.head_dim;
-  d["ffn_dim"] = c.ffn_dim;
-  d["n_pre_blocks"] = c.n_pre_blocks;
-  d["n_loop_layers"] = c.n_loop_layers;
-  d["n_post_blocks"] = c.n_post_blocks;
-  d["default_loops"] = c.default_loops;
+  py::dict d = py::module_::import("json").attr("loads")(config_to_json(c));
   d["max_seq_len"] = e.max_seq_len();
   d["trained_max_seq_len"] = c.max_seq_len;
-  d["norm_type"] = name_of(c.norm_type);
-  d["norm_eps"] = c.norm_eps;
-  d["norm_bias"] = c.norm_bias;
-  d["norm_placement"] = name_of(c.norm_placement);
-  d["qkv_fused"] = c.qkv_fused;
-  d["attn_qkv_bias"] = c.attn_qkv_bias;
-  d["attn_out_bias"] = c.attn_out_bias;
-  d["mlp_bias"] = c.mlp_bias;
-  d["qk_norm"] = c.qk_norm;
-  d["value_embed_layers"] = c.value_embed_layers;
-  d["pos_encoding"] = name_of(c.pos_encoding);
-  d["rope_theta"] = c.rope_theta;
-  d["mlp"] = name_of(c.mlp);
-  d["embed_scale"] = c.embed_scale;
-  d["init_state"] = name_of(c.init_state);
-  d["init_state_std"] = c.init_state_std;
-  d["init_state_seed"] = c.init_state_seed;
-  d["init_state_per_call"] = c.init_state_per_call;
-  d["prelude_norm"] = c.prelude_norm;
-  d["inject"] = name_of(c.inject);
-  d["loop_norm"] = c.loop_norm;
-  d["post_loop_norm"] = name_of(c.post_loop_norm);
-  d["post_loop_proj"] = c.post_loop_proj;
-  d["final_norm"] = c.final_norm;
-  d["tie_embeddings"] = c.tie_embeddings;
-  d["exit_gate"] = c.exit_gate;
-  d["exit_gate_mode"] = runtime::gate_mode_name(c.exit_gate_mode);
-  d["exit_gate_threshold"] = c.exit_gate_threshold;
-  d["exit_gate_step"] = c.exit_gate_step;
-  d["bos_id"] = c.bos_id ? py::object(py::int_(*c.bos_id)) : py::object(py::none());
-  d["eos_ids"] = c.eos_ids;
   d["kv_mode"] = e.kv_mode();
   d["quant_activations"] = e.quant_activations();
   d["fp16_body"] = e.fp16_body();

@@ -21,6 +21,7 @@ void bind_speculative(py::module_& m, ModelClass& cls);
 void bind_beam(py::module_& testing);
 void bind_grammar(py::module_& m, py::module_& testing);
 void bind_serving(py::module_& m);
+void bind_schema(py::module_& m);
 }  // namespace tinyloop::py_bind
 
 namespace py = pybind11;
@@ -75,4 +76,5 @@ PYBIND11_MODULE(tinyloop_py, m) {
   bind_beam(testing);
   bind_grammar(m, testing);
   bind_serving(m);
+  bind_schema(m);
 }

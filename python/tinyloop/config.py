@@ -1,16 +1,19 @@
 """The model config of a `.tinyloop` file (docs/model-format.md, "Config" and "Tensor names").
 
-`normalize_config` fills every default and checks the consistency rules; `expected_tensors`
-lists every tensor a config needs with its shape; `preset_config` gives small test-sized
-configs for the three families (Llama-style, Huginn, Ouro).
+The fields, their defaults and rules are the engine's (include/tinyloop/config_fields.def,
+src/io/config.cc), read through `tinyloop_py`: `config_fields` lists them, `normalize_config`
+fills every default and checks the rules with the engine's reader. `expected_tensors` lists
+every tensor a config needs with its shape; `preset_config` gives small test-sized configs
+for the three families (Llama-style, Huginn, Ouro).
 """
 
 from __future__ import annotations
 
-import math
+import functools
+import json
 
 __all__ = [
-    "FORMAT_VERSION",
+    "config_fields",
     "normalize_config",
     "expected_tensors",
     "check_tensor_shapes",
@@ -19,219 +22,78 @@ __all__ = [
     "layer_prefixes",
 ]
 
-FORMAT_VERSION = 1
-
-_REQUIRED = object()  # marks a field without a default
-
-# field -> (kind, default). Kinds: "int", "float", "bool", "uint64", "int_or_null", "int_list",
-# or a tuple of the allowed strings. The order is the doc table's; written configs keep it.
-_FIELDS = {
-    "dim": ("int", _REQUIRED),
-    "vocab_size": ("int", _REQUIRED),
-    "n_heads": ("int", _REQUIRED),
-    "n_kv_heads": ("int", None),  # None here: derived from n_heads (JSON null is refused)
-    "head_dim": ("int", None),  # None here: derived as dim / n_heads
-    "ffn_dim": ("int", _REQUIRED),
-    "n_pre_blocks": ("int", 0),
-    "n_loop_layers": ("int", _REQUIRED),
-    "n_post_blocks": ("int", 0),
-    "default_loops": ("int", 1),
-    "max_seq_len": ("int", 2048),
-    "norm_type": (("rmsnorm", "layernorm"), "rmsnorm"),
-    "norm_eps": ("float", 1e-5),
-    "norm_bias": ("bool", False),
-    "norm_placement": (("pre", "huginn_sandwich", "ouro_sandwich"), "pre"),
-    "qkv_fused": ("bool", False),
-    "attn_qkv_bias": ("bool", False),
-    "attn_out_bias": ("bool", False),
-    "mlp_bias": ("bool", False),
-    "qk_norm": ("bool", False),
-    "value_embed_layers": ("int_list", []),
-    "pos_encoding": (("rope_half", "rope_interleaved", "learned", "none"), "rope_half"),
-    "rope_theta": ("float", 10000.0),
-    "mlp": (("swiglu", "gelu", "gelu_tanh", "relu2"), "swiglu"),
-    "embed_scale": ("float", 1.0),
-    "init_state": (("input", "zeros", "random"), "input"),
-    "init_state_std": ("float", 0.0),
-    "init_state_seed": ("uint64", 0),
-    "init_state_per_call": ("bool", False),
-    "prelude_norm": ("bool", False),
-    "inject": (("none", "add", "linear_concat"), "none"),
-    "loop_norm": ("bool", False),
-    "post_loop_norm": (("none", "final", "own"), "none"),
-    "post_loop_proj": ("bool", False),
-    "final_norm": ("bool", True),
-    "tie_embeddings": ("bool", False),
-    "exit_gate": ("bool", False),
-    "exit_gate_mode": (("off", "threshold", "step", "weighted"), "off"),
-    "exit_gate_threshold": ("float", 1.0),
-    "exit_gate_step": ("int", 0),
-    "bos_id": ("int_or_null", None),
-    "eos_ids": ("int_list", []),
-}
-
-# Upper limits, as the engine's (include/tinyloop/config.h kMaxLoops / kMaxSeqLen,
-# docs/limits.md): a file over them is refused here as it would be at load.
-MAX_LOOPS = 4096
 # qk_norm's epsilon (include/tinyloop/config.h kQkNormEps): the float32 epsilon 2^-23.
 QK_NORM_EPS = 2.0 ** -23
 # Input channels of a value-embedding gate (config.h kValueGateDim): Parcae's ve_gate reads
 # the first 32 channels of the layer's normed input.
 VALUE_GATE_DIM = 32
-MAX_SEQ_LEN = 2**24
-_MAXIMUM = {"default_loops": MAX_LOOPS, "max_seq_len": MAX_SEQ_LEN}
-
-# Sizes that must be >= 1 (n_pre_blocks and n_post_blocks may be 0).
-_POSITIVE = ("dim", "vocab_size", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
-             "n_loop_layers", "default_loops", "max_seq_len")
 
 
-def _is_int(v) -> bool:
-    # bool is an int subclass in Python; JSON true is not a size.
-    return isinstance(v, int) and not isinstance(v, bool)
+def engine_module():
+    """The engine module `tinyloop_py`, which holds the one declaration of the format
+    (include/tinyloop/config_fields.def, container_format.h; docs/model-format.md,
+    "Adding a config field"). Imported on first use, so `import tinyloop` needs no engine."""
+    try:
+        import tinyloop_py
+    except ImportError as e:
+        raise ImportError("tinyloop.config and tinyloop.format read the model format from the "
+                          "engine module tinyloop_py, which is not installed (pip install "
+                          "loopformer, or pip install . in a checkout)") from e
+    return tinyloop_py
 
 
-def _check_type(name: str, kind, value):
-    """Return `value` converted to the field's canonical Python type, or raise ValueError."""
-    if isinstance(kind, tuple):
-        if value not in kind:
-            raise ValueError(f"config field '{name}': {value!r} is not one of {list(kind)}")
-        return value
-    if kind == "int":
-        if not _is_int(value):
-            raise ValueError(f"config field '{name}': expected an integer, got {value!r}")
-        return int(value)
-    if kind == "uint64":
-        if not _is_int(value) or not 0 <= value < 2**64:
-            raise ValueError(f"config field '{name}': expected an integer in [0, 2^64), "
-                             f"got {value!r}")
-        return int(value)
-    if kind == "float":
-        if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
-            raise ValueError(f"config field '{name}': expected a finite number, got {value!r}")
-        return float(value)
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise ValueError(f"config field '{name}': expected true or false, got {value!r}")
-        return value
-    if kind == "int_or_null":
-        if value is not None and not _is_int(value):
-            raise ValueError(f"config field '{name}': expected an integer or null, got {value!r}")
-        return value
-    if kind == "int_list":
-        if not isinstance(value, (list, tuple)) or not all(_is_int(v) for v in value):
-            raise ValueError(f"config field '{name}': expected a list of integers, got {value!r}")
-        return [int(v) for v in value]
-    raise AssertionError(f"unknown field kind {kind!r}")
+@functools.cache
+def _schema() -> tuple:
+    return tuple(engine_module().config_schema())
 
 
-def _fill_fields(cfg: dict) -> dict:
-    """Type-check the given fields and fill the plain defaults (derived ones stay None)."""
+def config_fields() -> list[dict]:
+    """Every config field in the doc table's order, as the engine declares it (a copy): dicts
+    with name, kind, presence ("required" | "optional" | "derived"), default, doc, and min /
+    max (int fields) or choices (enum fields). See tinyloop_py.config_schema."""
+    return [dict(f) for f in _schema()]
+
+
+def _int_field(name: str) -> dict:
+    return next(f for f in _schema() if f["name"] == name)
+
+
+def __getattr__(name: str):
+    # Limits and the format version come from the engine, read when first asked for.
+    if name == "MAX_LOOPS":  # include/tinyloop/config.h kMaxLoops (docs/limits.md)
+        return _int_field("default_loops")["max"]
+    if name == "MAX_SEQ_LEN":  # config.h kMaxSeqLen
+        return _int_field("max_seq_len")["max"]
+    if name == "FORMAT_VERSION":  # the version of float-only files (container_format.h)
+        return int(engine_module().container_format()["format_version_float"])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _to_json(cfg: dict) -> str:
+    """The config as JSON text for the engine; a value JSON can not hold (NaN, a numpy
+    integer, an object) is refused naming its field."""
     if not isinstance(cfg, dict):
         raise ValueError(f"config: expected a JSON object, got {type(cfg).__name__}")
-    unknown = sorted(set(cfg) - set(_FIELDS))
-    if unknown:
-        raise ValueError(f"config field '{unknown[0]}': unknown field")
-    out = {}
-    for name, (kind, default) in _FIELDS.items():
-        if name in cfg:
-            out[name] = _check_type(name, kind, cfg[name])
-        elif default is _REQUIRED:
-            raise ValueError(f"config field '{name}': required field is missing")
-        else:
-            out[name] = list(default) if isinstance(default, list) else default
-    return out
-
-
-def _fill_derived(c: dict) -> None:
-    """Defaults that depend on other fields: n_kv_heads = n_heads, head_dim = dim / n_heads."""
-    if c["n_heads"] < 1:
-        raise ValueError(f"config field 'n_heads': must be >= 1, got {c['n_heads']}")
-    if c["n_kv_heads"] is None:
-        c["n_kv_heads"] = c["n_heads"]
-    if c["head_dim"] is None:
-        if c["dim"] % c["n_heads"] != 0:
-            raise ValueError(f"config field 'head_dim': no default, dim {c['dim']} is not a "
-                             f"multiple of n_heads {c['n_heads']}")
-        c["head_dim"] = c["dim"] // c["n_heads"]
-
-
-def _check_rules(c: dict) -> None:
-    """The consistency rules of docs/model-format.md; each error names the offending field."""
-    for name in _POSITIVE:
-        if c[name] < 1:
-            raise ValueError(f"config field '{name}': must be >= 1, got {c[name]}")
-    for name in ("n_pre_blocks", "n_post_blocks"):
-        if c[name] < 0:
-            raise ValueError(f"config field '{name}': must be >= 0, got {c[name]}")
-    for name, most in _MAXIMUM.items():
-        if c[name] > most:
-            raise ValueError(f"config field '{name}': must be <= {most} (docs/limits.md), "
-                             f"got {c[name]}")
-    if c["n_heads"] % c["n_kv_heads"] != 0:
-        raise ValueError(f"config field 'n_kv_heads': {c['n_kv_heads']} does not divide "
-                         f"n_heads {c['n_heads']}")
-    if uses_rope(c) and c["head_dim"] % 2 != 0:
-        raise ValueError(f"config field 'head_dim': must be even with {c['pos_encoding']}, "
-                         f"got {c['head_dim']}")
-    if c["norm_eps"] < 0:
-        raise ValueError(f"config field 'norm_eps': must be >= 0, got {c['norm_eps']}")
-    if c["rope_theta"] <= 0:
-        raise ValueError(f"config field 'rope_theta': must be > 0, got {c['rope_theta']}")
-    if c["norm_bias"] and c["norm_type"] != "layernorm":
-        raise ValueError("config field 'norm_bias': only allowed with norm_type 'layernorm'")
-    if c["init_state_std"] < 0:
-        raise ValueError(f"config field 'init_state_std': must be >= 0, got {c['init_state_std']}")
-    if c["init_state"] == "random" and not c["init_state_std"] > 0:
-        raise ValueError("config field 'init_state_std': must be > 0 when init_state is 'random'")
-    if c["post_loop_norm"] == "final" and not c["final_norm"]:
-        raise ValueError("config field 'post_loop_norm': 'final' needs final_norm true")
-    if c["exit_gate_mode"] != "off" and not c["exit_gate"]:
-        raise ValueError("config field 'exit_gate_mode': not 'off' but exit_gate is false")
-    if not 0 <= c["exit_gate_threshold"] <= 1:
-        raise ValueError(f"config field 'exit_gate_threshold': must be in [0, 1], "
-                         f"got {c['exit_gate_threshold']}")
-    if not 0 <= c["exit_gate_step"] <= MAX_LOOPS:
-        raise ValueError(f"config field 'exit_gate_step': must be in [0, {MAX_LOOPS}], "
-                         f"got {c['exit_gate_step']}")
-    if c["exit_gate_mode"] == "step" and c["exit_gate_step"] < 1:
-        raise ValueError("config field 'exit_gate_step': must be >= 1 when exit_gate_mode is 'step'")
-    _check_value_embed_layers(c)
-    V = c["vocab_size"]
-    if c["bos_id"] is not None and not 0 <= c["bos_id"] < V:
-        raise ValueError(f"config field 'bos_id': {c['bos_id']} is outside [0, {V})")
-    for t in c["eos_ids"]:
-        if not 0 <= t < V:
-            raise ValueError(f"config field 'eos_ids': {t} is outside [0, {V})")
-
-
-def _check_value_embed_layers(c: dict) -> None:
-    """Indices over the pre, loop and post layers in order, increasing; the gate needs
-    VALUE_GATE_DIM input channels."""
-    layers = c["value_embed_layers"]
-    n = c["n_pre_blocks"] + c["n_loop_layers"] + c["n_post_blocks"]
-    for a, b in zip(layers, layers[1:]):
-        if b <= a:
-            raise ValueError(f"config field 'value_embed_layers': must be increasing, got {layers}")
-    for i in layers:
-        if not 0 <= i < n:
-            raise ValueError(f"config field 'value_embed_layers': {i} is outside [0, {n}) "
-                             f"(the pre, loop and post layers in order)")
-    if layers and c["dim"] < VALUE_GATE_DIM:
-        raise ValueError(f"config field 'value_embed_layers': the gate reads {VALUE_GATE_DIM} "
-                         f"channels, dim is {c['dim']}")
+    for name, value in cfg.items():
+        if not isinstance(name, str):
+            raise ValueError(f"config field {name!r}: field names are strings")
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            raise ValueError(f"config field '{name}': {value!r} is not a JSON value (expected "
+                             f"a finite number, a string, a boolean, null or a list)") from None
+    return json.dumps(cfg)
 
 
 def normalize_config(cfg: dict) -> dict:
-    """Every field of the config table filled in (defaults applied), checked.
+    """Every field of the config table filled in (defaults applied), checked by the engine's
+    own reader (src/io/config.cc), so Python accepts exactly the configs a load accepts.
 
-    Raises ValueError naming the field: unknown field, missing required field, wrong type,
-    or a broken consistency rule. The input is not modified.
+    Raises ValueError (tinyloop_py.ModelFormatError) naming the field: unknown field,
+    missing required field, wrong type, or a broken consistency rule. The input is not
+    modified.
     """
-    c = _fill_fields(cfg)
-    _fill_derived(c)
-    _check_rules(c)
-    return c
+    return engine_module().check_config(_to_json(cfg))
 
 
 def uses_rope(cfg: dict) -> bool:

@@ -1,11 +1,15 @@
-"""Reading and writing `.tinyloop` model files (docs/model-format.md), numpy only.
+"""Reading and writing `.tinyloop` model files (docs/model-format.md) with numpy.
 
 The file is a safetensors container: u64 header length N, N bytes of JSON (padded with
 spaces so the data section starts on a multiple of 64), then every tensor back to back.
+The container's constants (magic, versions, alignment, dtypes) and the config's fields and
+rules are the engine's, read through `tinyloop_py` (include/tinyloop/container_format.h,
+config_fields.def), so this module holds no copy of them.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import struct
@@ -14,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import FORMAT_VERSION, check_tensor_shapes, expected_tensors, normalize_config
+from .config import check_tensor_shapes, engine_module, expected_tensors, normalize_config
 from .quantize import is_quantizable, logical_shapes
 
 __all__ = [
@@ -23,26 +27,42 @@ __all__ = [
     "read_model",
     "to_bf16_bits",
     "from_bf16_bits",
-    "DATA_ALIGNMENT",
 ]
 
-DATA_ALIGNMENT = 64  # the data section starts on a multiple of this
+_WEIGHT_DTYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16"}  # write_model's weight_dtype
 
-# Every safetensors dtype -> element size in bytes (a reader must know them to name them).
-_DTYPE_SIZES = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1,
-    "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-    "I32": 4, "U32": 4, "F32": 4,
-    "I64": 8, "U64": 8, "F64": 8,
-}
-_WEIGHT_DTYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16"}
-_SUPPORTED = ("F32", "F16", "BF16")  # float storage, versions 1 and 2
-_QUANT = ("I8", "U8")  # int8 / int4 (two a byte) weights: version 2
-_SCALE_DTYPES = ("F16", "F32")  # of the .scales / .offsets companions
-# Version 1: float weights only. Version 2 adds int8/int4 weights; the writer sets it only
-# when a file holds one, so float models stay readable by version-1 readers.
-QUANT_FORMAT_VERSION = 2
-_KNOWN_VERSIONS = ("1", "2")
+
+@functools.cache
+def _container() -> dict:
+    """The container's constants as the engine declares them (include/tinyloop/
+    container_format.h, tinyloop_py.container_format): magic, versions, alignment, dtypes."""
+    return engine_module().container_format()
+
+
+def _dtype_size(dtype: str) -> int | None:
+    """Bytes per element of a dtype the format knows, None for any other name."""
+    info = _container()["dtypes"].get(dtype)
+    return None if info is None else info["size"]
+
+
+def _dtypes_for(use: str) -> tuple:
+    """The dtypes of one use: "float" (F32/F16/BF16 weights), "quantized" (I8/U8, version 2),
+    "unsupported" (named but refused)."""
+    return tuple(n for n, d in _container()["dtypes"].items() if d["use"] == use)
+
+
+def _scale_dtypes() -> tuple:
+    """The dtypes a quantized weight's `.scales` / `.offsets` may have."""
+    return tuple(n for n, d in _container()["dtypes"].items() if d["scale"])
+
+
+def __getattr__(name: str):
+    # Public constants, read from the engine when first asked for.
+    if name == "DATA_ALIGNMENT":  # the data section starts on a multiple of this
+        return _container()["data_alignment"]
+    if name == "QUANT_FORMAT_VERSION":  # the version of files holding a quantized weight
+        return int(_container()["format_version_quant"])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -105,7 +125,7 @@ def _encode_tensor(name: str, a: np.ndarray, weight_dtype: str) -> tuple[str, by
     """(safetensors dtype, little-endian bytes), the dtype by _stored_dtype."""
     a = np.asarray(a)
     dtype = _stored_dtype(name, a, weight_dtype)
-    if dtype in _QUANT:
+    if dtype in _dtypes_for("quantized"):
         return dtype, np.ascontiguousarray(a).tobytes()
     f32 = np.ascontiguousarray(a, dtype=np.float32)
     if dtype == "F32":
@@ -118,19 +138,20 @@ def _encode_tensor(name: str, a: np.ndarray, weight_dtype: str) -> tuple[str, by
 def _layout(entries: list[tuple[str, str, tuple, bytes]]) -> list[tuple[str, str, tuple, bytes]]:
     """Decreasing element size, so each tensor starts on a multiple of its element size;
     the sort is stable, so the config's tensor order is kept within one size."""
-    return sorted(entries, key=lambda e: -_DTYPE_SIZES[e[1]])
+    return sorted(entries, key=lambda e: -_dtype_size(e[1]))
 
 
 def _header_bytes(entries, metadata: dict) -> bytes:
     """The JSON header, space-padded so that 8 + len is a multiple of DATA_ALIGNMENT."""
-    header: dict = {"__metadata__": metadata}
+    header: dict = {_container()["metadata_key"]: metadata}
     offset = 0
     for name, dtype, shape, data in entries:
         header[name] = {"dtype": dtype, "shape": list(shape),
                         "data_offsets": [offset, offset + len(data)]}
         offset += len(data)
     text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    pad = (-(8 + len(text))) % DATA_ALIGNMENT
+    c = _container()
+    pad = (-(c["header_len_bytes"] + len(text))) % c["data_alignment"]
     return text + b" " * pad
 
 
@@ -184,16 +205,20 @@ def write_model(path, config: dict, tensors: dict, tokenizer_json: str | None = 
         for n in names:
             dtype, data = _encode_tensor(n, np.asarray(tensors[n]), weight_dtype)
             entries.append((n, dtype, tuple(np.shape(tensors[n])), data))
-    version = QUANT_FORMAT_VERSION if any(d in _QUANT for d in dtypes.values()) else FORMAT_VERSION
+    c = _container()
+    quantized = any(d in _dtypes_for("quantized") for d in dtypes.values())
+    version = c["format_version_quant"] if quantized else c["format_version_float"]
     entries = _layout(entries)
-    metadata = {"format": "tinyloop", "format_version": str(version),
-                "config": json.dumps(cfg)}
+    keys = c["metadata_keys"]
+    metadata = {keys["format"]: c["format_name"], keys["format_version"]: version,
+                keys["config"]: json.dumps(cfg)}
     if tokenizer_json is not None:
-        metadata["tokenizer"] = str(tokenizer_json)
+        metadata[keys["tokenizer"]] = str(tokenizer_json)
     if chat_template is not None:
-        metadata["chat_template"] = str(chat_template)
+        metadata[keys["chat_template"]] = str(chat_template)
     header = _header_bytes(entries, metadata)
     path = os.fspath(path)
+    # The u64 length (struct "<Q") is header_len_bytes long.
     _write_atomically(path, [struct.pack("<Q", len(header)), header] + [e[3] for e in entries])
     return path
 
@@ -207,7 +232,7 @@ def _read_bytes(path: str) -> bytes:
         raise ValueError(f"{path}: no such model file")
     with open(path, "rb") as f:
         blob = f.read()
-    if len(blob) <= 8:
+    if len(blob) <= _container()["header_len_bytes"]:
         raise ValueError(f"{path}: truncated: {len(blob)} bytes, not even a header length")
     return blob
 
@@ -225,19 +250,20 @@ def _no_duplicate_keys(pairs: list) -> dict:
 
 def _parse_header(path: str, blob: bytes) -> tuple[dict, int]:
     """(header object, data section offset)."""
-    (n,) = struct.unpack_from("<Q", blob, 0)
-    if 8 + n > len(blob):
+    (n,) = struct.unpack_from("<Q", blob, 0)  # the u64 header length
+    start = _container()["header_len_bytes"]
+    if start + n > len(blob):
         raise ValueError(f"{path}: header length {n} runs past the end of the file "
                          f"({len(blob)} bytes; truncated?)")
     try:
-        header = json.loads(blob[8:8 + n].decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+        header = json.loads(blob[start:start + n].decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{path}: bad header: not valid JSON ({e})") from None
     except ValueError as e:  # a duplicate key
         raise ValueError(f"{path}: bad header: {e}") from None
     if not isinstance(header, dict):
         raise ValueError(f"{path}: bad header: expected a JSON object")
-    return header, 8 + n
+    return header, start + n
 
 
 def _check_entry(path: str, name: str, entry, data_len: int) -> tuple[str, tuple, int, int]:
@@ -245,7 +271,7 @@ def _check_entry(path: str, name: str, entry, data_len: int) -> tuple[str, tuple
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
         raise ValueError(f"{path}: tensor '{name}': bad header entry {entry!r}")
     dtype, shape, offs = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if dtype not in _DTYPE_SIZES:
+    if _dtype_size(dtype) is None:
         raise ValueError(f"{path}: tensor '{name}': unknown dtype {dtype!r}")
     ints = lambda xs: isinstance(xs, list) and all(  # noqa: E731
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in xs)
@@ -253,7 +279,7 @@ def _check_entry(path: str, name: str, entry, data_len: int) -> tuple[str, tuple
         raise ValueError(f"{path}: tensor '{name}': bad shape {shape!r}")
     if not ints(offs) or len(offs) != 2 or offs[0] > offs[1]:
         raise ValueError(f"{path}: tensor '{name}': bad data_offsets {offs!r}")
-    nbytes = int(np.prod(shape, dtype=np.int64)) * _DTYPE_SIZES[dtype]
+    nbytes = int(np.prod(shape, dtype=np.int64)) * _dtype_size(dtype)
     if offs[1] - offs[0] != nbytes:
         raise ValueError(f"{path}: tensor '{name}': shape {shape} {dtype} is {nbytes} bytes "
                          f"but data_offsets {offs} span {offs[1] - offs[0]}")
@@ -283,12 +309,13 @@ def _check_metadata(path: str, meta) -> dict:
     if not isinstance(meta, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
         raise ValueError(f"{path}: bad header: __metadata__ must map strings to strings")
-    if meta.get("format") != "tinyloop":
+    c = _container()
+    if meta.get("format") != c["format_name"]:
         raise ValueError(f"{path}: metadata 'format' is {meta.get('format')!r}, "
-                         f"expected 'tinyloop'")
-    if meta.get("format_version") not in _KNOWN_VERSIONS:
+                         f"expected {c['format_name']!r}")
+    if meta.get("format_version") not in c["format_versions"]:
         raise ValueError(f"{path}: unsupported format_version {meta.get('format_version')!r} "
-                         f"(this reader knows {', '.join(_KNOWN_VERSIONS)})")
+                         f"(this reader knows {', '.join(c['format_versions'])})")
     if "config" not in meta:
         raise ValueError(f"{path}: metadata 'config' is missing")
     try:
@@ -304,12 +331,12 @@ def _check_metadata(path: str, meta) -> dict:
 
 
 def _check_dtype(path: str, name: str, dtype: str, ndim: int, version: str) -> None:
-    if dtype in _QUANT:
-        if version == "1":
+    if dtype in _dtypes_for("quantized"):
+        if version == _container()["format_version_float"]:
             raise ValueError(f"{path}: tensor '{name}': dtype {dtype} (quantized weights) "
                              f"needs format_version 2, the file says 1")
         return  # checked with its companions by _check_quantized
-    if dtype not in _SUPPORTED:
+    if dtype not in _dtypes_for("float"):
         raise ValueError(f"{path}: tensor '{name}': unsupported dtype {dtype}")
     if ndim != 2 and dtype != "F32":
         raise ValueError(f"{path}: tensor '{name}': norms and biases must be F32, got {dtype}")
@@ -321,7 +348,7 @@ def _check_quantized(path: str, dtypes: dict, shapes: dict) -> None:
     same dtype), shaped [N, K/G] with G dividing K (and even for int4); no companion
     without its quantized weight. Errors name the tensor."""
     for name, dtype in dtypes.items():
-        if dtype not in _QUANT:
+        if dtype not in _dtypes_for("quantized"):
             continue
         if not is_quantizable(name):
             raise ValueError(f"{path}: tensor '{name}': dtype {dtype}, but only linear, embed "
@@ -336,7 +363,7 @@ def _check_quantized(path: str, dtypes: dict, shapes: dict) -> None:
             if name + c not in dtypes:
                 raise ValueError(f"{path}: tensor '{name + c}': missing (the {dtype} weight "
                                  f"'{name}' needs it)")
-            if dtypes[name + c] not in _SCALE_DTYPES:
+            if dtypes[name + c] not in _scale_dtypes():
                 raise ValueError(f"{path}: tensor '{name + c}': dtype {dtypes[name + c]}, "
                                  f"expected F16 or F32")
         if dtype == "I8" and name + ".offsets" in dtypes:
@@ -361,7 +388,7 @@ def _check_quantized(path: str, dtypes: dict, shapes: dict) -> None:
     for name in dtypes:
         if name.endswith((".scales", ".offsets")):
             weight = name.rsplit(".", 1)[0]
-            if dtypes.get(weight) not in _QUANT:
+            if dtypes.get(weight) not in _dtypes_for("quantized"):
                 raise ValueError(f"{path}: tensor '{name}': not used by the config (leftover:"
                                  f" '{weight}' is not a quantized weight)")
 
@@ -369,7 +396,7 @@ def _check_quantized(path: str, dtypes: dict, shapes: dict) -> None:
 def _decode(blob: bytes, start: int, dtype: str, shape: tuple) -> np.ndarray:
     """float64 copy of one tensor's data; I8 / U8 (quantized weights) stay int8 / uint8."""
     count = int(np.prod(shape, dtype=np.int64))
-    if dtype in _QUANT:
+    if dtype in _dtypes_for("quantized"):
         np_dtype = np.int8 if dtype == "I8" else np.uint8
         return np.frombuffer(blob, dtype=np_dtype, count=count, offset=start).reshape(
             shape).copy()
@@ -387,7 +414,7 @@ def read_model(path) -> ModelContents:
     blob = _read_bytes(path)
     header, data_start = _parse_header(path, blob)
     data_len = len(blob) - data_start
-    meta = header.pop("__metadata__", None)
+    meta = header.pop(_container()["metadata_key"], None)
     if meta is None:
         raise ValueError(f"{path}: bad header: no __metadata__ (not a tinyloop file)")
     parsed = {name: _check_entry(path, name, e, data_len) for name, e in header.items()}

@@ -1,0 +1,46 @@
+// The config schema and the container constants for the Python package
+// (docs/model-format.md, "Adding a config field"): python/tinyloop/config.py and format.py
+// read these instead of keeping their own copies of the format.
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "tinyloop/config.h"
+#include "tinyloop/container_format.h"
+
+namespace tinyloop::py_bind {
+namespace py = pybind11;
+
+namespace {
+py::object json_loads(const std::string& text) { return py::module_::import("json").attr("loads")(text); }
+}  // namespace
+
+void bind_schema(py::module_& m) {
+  m.def("config_schema", [] { return json_loads(config_schema_json()); },
+        R"doc(The config fields of a .tinyloop file, in the doc table's order (docs/model-format.md).
+
+A list of dicts: name, kind ("int", "uint64", "float", "bool", "enum", "int_or_null",
+"int_list"), presence ("required", "optional", or "derived": defaulted from other fields),
+default (None unless optional), doc; "min" / "max" (None: unlimited) for int fields,
+"choices" for enum fields. Declared once in include/tinyloop/config_fields.def.)doc");
+  m.def("container_format", [] { return json_loads(container_format_json()); },
+        R"doc(The .tinyloop container's constants (docs/model-format.md, "Layout"): header_len_bytes,
+data_alignment, metadata_key, metadata_keys, format_name, format_versions,
+format_version_float, format_version_quant, and dtypes (name -> size, use
+("float" | "quantized" | "unsupported"), scale: allowed for .scales / .offsets).)doc");
+  m.def("check_config",
+        [](const std::string& config_json) {
+          std::string out;
+          {
+            py::gil_scoped_release nogil;
+            out = config_to_json(parse_config(config_json));
+          }
+          return json_loads(out);
+        },
+        py::arg("config_json"),
+        R"doc(Parse and check a config as the loader does (JSON text in); returns it with every
+field filled, as a dict in the doc table's order. Raises ModelFormatError (a ValueError)
+naming the field: unknown, missing, wrong type, out of range, or a broken consistency rule.)doc");
+}
+
+}  // namespace tinyloop::py_bind
