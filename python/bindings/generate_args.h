@@ -1,7 +1,7 @@
 // generate()'s keyword arguments -> runtime::GenerateRequest (or SpeculativeRequest), shared by
 // every binding that decodes (generate / generate_stream, resume_generate, the prefix cache and
-// pool, speculative decoding). Range checks stay in the runtime,
-// which names the argument in its std::invalid_argument (a Python ValueError).
+// pool, speculative decoding). Range checks stay in the runtime, which names the argument in
+// its std::invalid_argument (a Python ValueError).
 #pragma once
 #include <pybind11/pybind11.h>
 
