@@ -42,6 +42,7 @@ class TINYLOOP_API Engine {
   // a bad option.
   explicit Engine(const std::string& model_path, const EngineOptions& options = {});
   ~Engine();
+  // A moved-from Engine may only be assigned to or destroyed.
   Engine(Engine&&) noexcept;
   Engine& operator=(Engine&&) noexcept;
   Engine(const Engine&) = delete;

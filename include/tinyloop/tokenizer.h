@@ -18,6 +18,7 @@ class TINYLOOP_API Tokenizer {
   // unsupported or malformed.
   explicit Tokenizer(std::string_view tokenizer_json);
   ~Tokenizer();
+  // A moved-from Tokenizer may only be assigned to or destroyed.
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
