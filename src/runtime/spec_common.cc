@@ -1,4 +1,6 @@
 #include "runtime/spec_common.h"
+
+#include "runtime/spec_sampling.h"
 #include "runtime/state_draw.h"
 
 #include <algorithm>
@@ -90,11 +92,26 @@ GenerateRequest as_generate(const SpeculativeRequest& r) {
 }  // namespace
 
 SpecOutput::SpecOutput(const Engine& e, const SpeculativeRequest& r)
-    : verify_loops_(r.verify_loops), dec_(e.config(), as_generate(r)), tokens_(r.prompt) {}
+    : verify_loops_(r.verify_loops),
+      dec_(e.config(), as_generate(r)),
+      prompt_len_(static_cast<int64_t>(r.prompt.size())),
+      tokens_(r.prompt) {}
 
 bool SpecOutput::push(int32_t tok) {
   tokens_.push_back(tok);
   return dec_.emit(tok, verify_loops_) != FinishReason::None;
+}
+
+bool SpecOutput::push_cycle(const int32_t* accepted, int64_t m, int32_t next) {
+  for (int64_t j = 0; j < m; ++j)
+    if (push(accepted[j])) return true;
+  return push(next);
+}
+
+void SpecOutput::finish(SpeculativeResult& res) {
+  res.tokens = std::move(tokens_);
+  res.tokens_emitted = static_cast<int64_t>(res.tokens.size()) - prompt_len_;
+  tokens_.clear();  // a moved-from vector is valid but unspecified: make it the empty one
 }
 
 std::vector<int32_t> SpecOutput::seen_with(const std::vector<int32_t>& extra) const {
@@ -132,6 +149,32 @@ void row_distribution(const float* logits, int64_t V, const SamplingParams& p,
   std::vector<float> z(logits, logits + V);  // [V]
   apply_repetition_penalty(z.data(), V, seen, p.repetition_penalty);
   sampling_distribution(z.data(), V, p, probs);
+}
+
+int32_t pick_token(const float* logits, int64_t V, const SamplingParams& p,
+                   const std::vector<int32_t>& seen, std::vector<float>& probs, Rng& rng) {
+  if (p.greedy()) return greedy_token(logits, V, p, seen);
+  row_distribution(logits, V, p, seen, probs);
+  return sample_from(probs, rng);
+}
+
+ChainVerdict verify_chain(const float* logits, int64_t V, const SamplingParams& p,
+                          const SpecOutput& out, const int32_t* drafted, int64_t k, int64_t from,
+                          const std::vector<std::vector<float>>& q, std::vector<float>& probs,
+                          Rng& rng) {
+  for (int64_t m = from;; ++m) {  // drafted[0 .. m-1] accepted
+    const float* row = logits + (m - from) * V;  // [V] the verifier's after them
+    const auto seen = out.seen_with(std::vector<int32_t>(drafted, drafted + m));
+    if (p.greedy()) {
+      const int32_t t = greedy_token(row, V, p, seen);
+      if (m < k && t == drafted[m]) continue;
+      return {m, t};
+    }
+    row_distribution(row, V, p, seen, probs);
+    if (m == k) return {m, sample_from(probs, rng)};  // all accepted: the verifier's bonus
+    if (accept_draft(probs, q[size_t(m)], drafted[m], rng)) continue;
+    return {m, sample_from(residual(probs, q[size_t(m)]), rng)};
+  }
 }
 
 }  // namespace tinyloop::runtime

@@ -1,6 +1,6 @@
 // What chain and tree self-speculative decoding share (docs/speculative.md): the request and
 // result, argument validation, the KV cache they decode in, the output with its stop rules,
-// and the per-row sampling distributions.
+// the per-row sampling distributions, and the chain rule that accepts drafted tokens.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -75,12 +75,18 @@ class SpecOutput {
   int64_t remaining() const { return dec_.max_tokens() - emitted(); }
   // Distinct ids of prompt + output, then `extra` (a drafted prefix): the penalty's set.
   std::vector<int32_t> seen_with(const std::vector<int32_t>& extra) const;
-  std::vector<int32_t>& tokens() { return tokens_; }
   int64_t emitted() const { return static_cast<int64_t>(dec_.emitted().size()); }
+  // A cycle's output: the `accepted` drafted tokens [m], then the verifier's `next`, each
+  // pushed until one ends generation; true when it ended.
+  bool push_cycle(const int32_t* accepted, int64_t m, int32_t next);
+  // Moves the tokens (prompt + emitted) and the emitted count into res; the output is
+  // empty afterwards.
+  void finish(SpeculativeResult& res);
 
  private:
   int64_t verify_loops_;
   SequenceDecoder dec_;
+  int64_t prompt_len_;
   std::vector<int32_t> tokens_;  // prompt + emitted
 };
 
@@ -110,5 +116,29 @@ int32_t greedy_token(const float* logits, int64_t V, const SamplingParams& p,
                      const std::vector<int32_t>& seen);
 void row_distribution(const float* logits, int64_t V, const SamplingParams& p,
                       const std::vector<int32_t>& seen, std::vector<float>& probs);
+
+// The token a row of logits [V] gives with the penalty over `seen`: greedy_token, or (sampling)
+// a draw from row_distribution, which is left in probs [V] for the acceptance rule.
+int32_t pick_token(const float* logits, int64_t V, const SamplingParams& p,
+                   const std::vector<int32_t>& seen, std::vector<float>& probs, Rng& rng);
+
+// What the verifier makes of a drafted chain: how many of its tokens it accepts, and the
+// token it adds after them (its correction, or a bonus when it accepts them all).
+struct ChainVerdict {
+  int64_t accepted = 0;
+  int32_t next = -1;
+};
+
+// The chain rule down drafted [k], whose first `from` tokens are already accepted: at each
+// m >= from the verifier's row after drafted[0 .. m-1] either agrees with drafted[m] (greedy:
+// its token equals it; sampling: accept_draft against q[m], the draft's distribution [V] of
+// drafted[m]) and the walk goes on, or gives `next` (at m == k, all accepted: the verifier's
+// bonus token). logits [k + 1 - from, V]: row i is the
+// verifier's after drafted[0 .. from + i - 1]. The penalty's set is out's plus the accepted
+// prefix; probs [V] is scratch.
+ChainVerdict verify_chain(const float* logits, int64_t V, const SamplingParams& p,
+                          const SpecOutput& out, const int32_t* drafted, int64_t k, int64_t from,
+                          const std::vector<std::vector<float>>& q, std::vector<float>& probs,
+                          Rng& rng);
 
 }  // namespace tinyloop::runtime

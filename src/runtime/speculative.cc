@@ -11,9 +11,6 @@
 #include "runtime/speculative.h"
 
 #include <algorithm>
-#include <cstring>
-
-#include "runtime/spec_sampling.h"
 
 namespace tinyloop::runtime {
 
@@ -22,7 +19,6 @@ SpeculativeResult generate_speculative(const Engine& engine, const SpeculativeRe
   const ModelConfig& c = engine.config();
   const int64_t D = c.dim, V = c.vocab_size;
   const SamplingParams& sp = req.sampling;
-  const bool greedy = sp.greedy();
   Rng rng = req.seed ? Rng(*req.seed) : Rng::from_entropy();
 
   auto kv = new_spec_cache(engine, req);
@@ -40,7 +36,7 @@ SpeculativeResult generate_speculative(const Engine& engine, const SpeculativeRe
   std::vector<int32_t> rows;        // [k + 1] r_0 = cur, r_1..r_k drafted
   std::vector<int64_t> pos;         // [k + 1] P .. P + k
   std::vector<float> x, s, s_draft;  // [k + 1, D] loop input, loop state, state after d
-  std::vector<std::vector<float>> q;  // [k][V] draft distribution of r_1..r_k (sampling)
+  std::vector<std::vector<float>> q;  // [k][V] draft distribution of r_1..r_k (greedy: [k][0])
   std::vector<float> logits, p;      // [V] / [k + 1, V], [V]
   while (true) {
     const int64_t P = kv->length();
@@ -62,15 +58,8 @@ SpeculativeResult generate_speculative(const Engine& engine, const SpeculativeRe
       pending.readout(f, s.data() + j * D, P + j, logits);
       const std::vector<int32_t> drafted(rows.begin() + 1, rows.end());
       const auto seen = out.seen_with(drafted);
-      int32_t next;
-      if (greedy) {
-        next = greedy_token(logits.data(), V, sp, seen);
-      } else {
-        q.emplace_back();
-        row_distribution(logits.data(), V, sp, seen, q.back());
-        next = sample_from(q.back(), rng);
-      }
-      rows.push_back(next);
+      q.emplace_back();  // filled when sampling
+      rows.push_back(pick_token(logits.data(), V, sp, seen, q.back(), rng));
       last = out.ends_with(std::vector<int32_t>(rows.begin() + 1, rows.end()));
     }
     const int64_t k = static_cast<int64_t>(rows.size()) - 1;
@@ -82,41 +71,17 @@ SpeculativeResult generate_speculative(const Engine& engine, const SpeculativeRe
     kv->advance(k + 1);
     ++res.verify_calls;
 
-    // Accept.
-    int64_t m = 0;
-    int32_t next = -1;
-    for (; m <= k; ++m) {
-      const float* row = logits.data() + m * V;  // after cur, r_1..r_m
-      const auto seen = out.seen_with(std::vector<int32_t>(rows.begin() + 1, rows.begin() + 1 + m));
-      if (greedy) {
-        const int32_t t = greedy_token(row, V, sp, seen);
-        if (m < k && t == rows[m + 1]) continue;
-        next = t;
-        break;
-      }
-      row_distribution(row, V, sp, seen, p);
-      if (m == k) {  // every draft token accepted: a bonus token from the verifier
-        next = sample_from(p, rng);
-        break;
-      }
-      if (accept_draft(p, q[m], rows[m + 1], rng)) continue;
-      next = sample_from(residual(p, q[m]), rng);
-      break;
-    }
+    // Accept: logits row m is the verifier's after cur, r_1..r_m.
+    const auto [m, next] = verify_chain(logits.data(), V, sp, out, rows.data() + 1, k, 0, q, p, rng);
     res.drafted += k;
     res.accepted += m;
     kv->truncate(P + m + 1);  // cur and the accepted rows stay
     if (m == k) pending.add(P + k, s_draft.data() + k * D);
 
-    // Emit.
-    bool stop = false;
-    for (int64_t j = 1; j <= m && !stop; ++j) stop = out.push(rows[j]);
-    if (!stop) stop = out.push(next);
-    if (stop) break;
+    if (out.push_cycle(rows.data() + 1, m, next)) break;
     cur = next;
   }
-  res.tokens = std::move(out.tokens());
-  res.tokens_emitted = static_cast<int64_t>(res.tokens.size()) - T0;
+  out.finish(res);
   return res;
 }
 

@@ -65,13 +65,7 @@ SpeculativeResult generate_tree_speculative(const Engine& engine, const Speculat
       kv->advance(1);
       ++res.verify_calls;
       pending.add(P, s_root.data());
-      const auto seen = out.seen_with({});
-      if (greedy) {
-        out.push(greedy_token(logits.data(), V, sp, seen));
-      } else {
-        row_distribution(logits.data(), V, sp, seen, p);
-        out.push(sample_from(p, rng));
-      }
+      out.push(pick_token(logits.data(), V, sp, out.seen_with({}), p, rng));
       break;  // remaining was 1
     }
     pending.readout(f, s_root.data(), P, logits);
@@ -109,13 +103,7 @@ SpeculativeResult generate_tree_speculative(const Engine& engine, const Speculat
       f.readout(s.data(), pos.data(), Kc, true, model::LogitRows::All, logits);
       for (int64_t b = 0; b < Kc; ++b) {
         const auto seen = out.seen_with(prefix(tok[b], lv + 1));
-        const float* row = logits.data() + b * V;
-        if (greedy) {
-          tok[b][lv + 1] = greedy_token(row, V, sp, seen);
-        } else {
-          row_distribution(row, V, sp, seen, q[b][lv + 1]);
-          tok[b][lv + 1] = sample_from(q[b][lv + 1], rng);
-        }
+        tok[b][lv + 1] = pick_token(logits.data() + b * V, V, sp, seen, q[b][lv + 1], rng);
       }
     }
 
@@ -138,7 +126,6 @@ SpeculativeResult generate_tree_speculative(const Engine& engine, const Speculat
     f.readout(s.data(), pos.data(), n, false, model::LogitRows::All, logits);
     kv->advance(1);  // the root
     ++res.verify_calls;
-    const auto vrow = [&](int64_t b, int64_t lv) { return logits.data() + (1 + b * k + lv) * V; };
 
     // Accept: pick a branch at the root, then walk it.
     int64_t bi = -1, m = 0;
@@ -152,25 +139,10 @@ SpeculativeResult generate_tree_speculative(const Engine& engine, const Speculat
       row_distribution(logits.data(), V, sp, seen0, p);
       bi = accept_among(p, q_root, cands, rng, &next);
     }
-    if (bi >= 0) {
-      for (m = 1;; ++m) {  // tok[bi][0..m-1] accepted; the verifier's row after them
-        const float* row = vrow(bi, m - 1);
-        const auto seen = out.seen_with(prefix(tok[bi], m));
-        if (greedy) {
-          const int32_t t = greedy_token(row, V, sp, seen);
-          if (m < k && t == tok[bi][m]) continue;
-          next = t;
-          break;
-        }
-        row_distribution(row, V, sp, seen, p);
-        if (m == k) {
-          next = sample_from(p, rng);
-          break;
-        }
-        if (accept_draft(p, q[bi][m], tok[bi][m], rng)) continue;
-        next = sample_from(residual(p, q[bi][m]), rng);
-        break;
-      }
+    if (bi >= 0) {  // tok[bi][0] accepted: the chain rule down the rest of the branch
+      const float* branch_rows = logits.data() + (1 + bi * k) * V;  // [k, V] lv: after tok[bi][0..lv]
+      const ChainVerdict v = verify_chain(branch_rows, V, sp, out, tok[bi].data(), k, 1, q[bi], p, rng);
+      m = v.accepted, next = v.next;
       f.router().commit(*kv, bi, m);
       kv->advance(m);
       if (m == k) pending.add(P + k, &sn[(bi * k + k - 1) * D]);
@@ -178,15 +150,10 @@ SpeculativeResult generate_tree_speculative(const Engine& engine, const Speculat
     res.drafted += k;
     res.accepted += m;
 
-    // Emit.
-    bool stop = false;
-    for (int64_t j = 0; j < m && !stop; ++j) stop = out.push(tok[bi][j]);
-    if (!stop) stop = out.push(next);
-    if (stop) break;
+    if (out.push_cycle(bi >= 0 ? tok[bi].data() : nullptr, m, next)) break;
     cur = next;
   }
-  res.tokens = std::move(out.tokens());
-  res.tokens_emitted = static_cast<int64_t>(res.tokens.size()) - T0;
+  out.finish(res);
   return res;
 }
 
