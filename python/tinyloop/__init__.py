@@ -1,13 +1,17 @@
 """TinyLoop's Python package: the command line, the servers, the converters and the file
 format, around the C++ engine `tinyloop_py` (docs/ARCHITECTURE.md).
 
-Numpy only, no engine needed (importable before the extension is built):
-- `tinyloop.config`: the model config (defaults, consistency rules, tensor names, presets)
+The model file, in Python (numpy; the format's declaration is the engine's, so config and
+format import `tinyloop_py` when first used, never at import):
+- `tinyloop.config`: the model config (fields, defaults and rules from the engine; tensor
+  names, presets)
 - `tinyloop.format`: read and write `.tinyloop` model files
-- `tinyloop.quantize`: int8 / int4 tensor quantization in the file's layout
+- `tinyloop.quantize`: int8 / int4 tensor quantization in the file's layout (numpy only)
 - `tinyloop.random_model`: random test models (`python3 -m tinyloop.random_model`)
 - `tinyloop.convert`: GGUF and Hugging Face import (`convert(src, dst)`; needs the `gguf`
   and `safetensors` packages, imported only when used)
+
+Text, no engine needed:
 - `tinyloop.text`: a model's tokenizer, token bytes, grammars, chat templates (docs/text.md);
   `get_tokenizer`, `token_bytes`, `grammar` and `chat_template` are re-exported here
 - `tinyloop.conversation`: chat messages -> prompt ids
