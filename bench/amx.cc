@@ -20,7 +20,7 @@
 #include "cpu/amx.h"
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
-#include "ops/dtype.h"
+#include "base/dtype.h"
 #include "ops/matmul_bf16dot.h"
 
 namespace {

@@ -7,11 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/amx.h"
-#include "cpu/kernels.h"
-#include "cpu/thread_pool.h"
-#include "hwy/targets.h"
-#include "ops/ops.h"
+#include "runtime/backend_settings.h"
 
 namespace tinyloop::py_bind {
 namespace py = pybind11;
@@ -20,30 +16,29 @@ void bind_runtime(py::module_& m) {
   m.def("set_num_threads",
         [](int n) {
           py::gil_scoped_release nogil;  // waits for a kernel in flight on another thread
-          cpu::set_num_threads(n);
+          runtime::set_num_threads(n);
         },
         py::arg("n"),
         "Threads the CPU kernels use, process-wide (the calling thread included). n < 1 "
         "restores the default: env TINYLOOP_NUM_THREADS, else the hardware concurrency. "
         "Calls made from several Python threads at once share the pool: a call that finds it "
         "busy runs on its own thread, so the machine is never oversubscribed by the pool.");
-  m.def("get_num_threads", &cpu::num_threads, "Threads the CPU kernels use.");
-  m.def("set_force_scalar", &ops::set_force_scalar, py::arg("scalar"),
+  m.def("get_num_threads", &runtime::num_threads, "Threads the CPU kernels use.");
+  m.def("set_force_scalar", &runtime::set_force_scalar, py::arg("scalar"),
         "True: run the scalar reference kernels instead of the SIMD ones, process-wide "
         "(benchmarks, debugging; default from env TINYLOOP_FORCE_SCALAR=1).");
   m.def("cpu_info",
         [] {
           py::dict d;
-          std::vector<std::string> names;
-          for (int64_t t : cpu::compiled_targets()) names.push_back(hwy::TargetName(t));
-          d["simd_target"] = cpu::simd_target_name();
-          d["compiled_targets"] = names;
-          d["force_scalar"] = ops::force_scalar();
-          d["num_threads"] = cpu::num_threads();
-          d["q8_kernel"] = cpu::q8act_kernel_name();
-          d["bf16_kernel"] = cpu::bf16dot_kernel_name();
-          d["amx"] = cpu::amx_bf16_active();
-          d["amx_reason"] = cpu::amx_inactive_reason();
+          const runtime::BackendInfo i = runtime::backend_info();
+          d["simd_target"] = i.simd_target;
+          d["compiled_targets"] = i.compiled_targets;
+          d["force_scalar"] = i.force_scalar;
+          d["num_threads"] = i.num_threads;
+          d["q8_kernel"] = i.q8_kernel;
+          d["bf16_kernel"] = i.bf16_kernel;
+          d["amx"] = i.amx;
+          d["amx_reason"] = i.amx_reason;
           return d;
         },
         "The CPU backend's state: the SIMD target in use (e.g. 'AVX3'), the targets compiled "

@@ -2,6 +2,7 @@
 #include "cpu/amx.h"
 
 #include <atomic>
+#include <mutex>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -71,25 +72,12 @@ AmxStatus detect() {
 }
 #endif
 
-// -1 until first read, then 1 (enabled) or 0 (off by TINYLOOP_DISABLE_AMX or the setter).
-std::atomic<int> g_enabled{-1};
-std::atomic<bool> g_env_off{false};  // the environment turned it off (for the reason string)
+// On unless set_amx_enabled(false) (ops/backend.h applies TINYLOOP_DISABLE_AMX through it).
+std::atomic<bool> g_enabled{true};
+std::mutex g_reason_mutex;
+std::string g_off_reason = "disabled by set_amx_enabled(false)";  // guarded by g_reason_mutex
 
-bool enabled() {
-  int v = g_enabled.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* env = std::getenv("TINYLOOP_DISABLE_AMX");
-    const bool off = env && *env && std::strcmp(env, "0") != 0;
-    int expected = -1;
-    if (g_enabled.compare_exchange_strong(expected, off ? 0 : 1)) {
-      g_env_off.store(off);
-      v = off ? 0 : 1;
-    } else {
-      v = expected;
-    }
-  }
-  return v == 1;
-}
+bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
 
 }  // namespace
 
@@ -100,17 +88,20 @@ const AmxStatus& amx_status() {
 
 bool amx_bf16_active() { return enabled() && amx_status().bf16; }
 
-void set_amx_enabled(bool on) {
-  g_env_off.store(false);
-  g_enabled.store(on ? 1 : 0);
+void set_amx_enabled(bool on, const std::string& off_reason) {
+  {
+    std::lock_guard<std::mutex> lock(g_reason_mutex);
+    g_off_reason = off_reason;
+  }
+  g_enabled.store(on);
 }
 
 std::string amx_inactive_reason() {
   if (!amx_status().bf16)
     return amx_status().reason.empty() ? "no AMX-BF16" : amx_status().reason;
-  if (!enabled())
-    return g_env_off.load() ? "disabled by TINYLOOP_DISABLE_AMX" : "disabled by set_amx_enabled(false)";
-  return "";
+  if (enabled()) return "";
+  std::lock_guard<std::mutex> lock(g_reason_mutex);
+  return g_off_reason;
 }
 
 }  // namespace tinyloop::cpu

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ops/ops.h"
+#include "base/views.h"
 
 namespace tinyloop::cpu {
 
@@ -29,14 +29,15 @@ struct AmxStatus {
 // The hardware and OS answer, computed (and the permission requested) on the first call.
 const AmxStatus& amx_status();
 
-// true when the bf16 matmul uses AMX now: amx_status().bf16, not turned off by the
-// environment (TINYLOOP_DISABLE_AMX=1, read once) or by set_amx_enabled(false).
+// true when the bf16 matmul uses AMX now: amx_status().bf16 and not turned off by
+// set_amx_enabled(false) (ops/backend.h calls it for TINYLOOP_DISABLE_AMX=1).
 bool amx_bf16_active();
-// Overrides TINYLOOP_DISABLE_AMX for this process (tests, benchmarks A/B in one run); it can
-// only turn AMX off or back on where amx_status() allows it.
-void set_amx_enabled(bool on);
-// "" when AMX is active, else the reason it is not ("disabled by TINYLOOP_DISABLE_AMX",
-// "disabled by set_amx_enabled(false)", or amx_status().reason).
+// Turns AMX off or back on for this process (tests, benchmarks A/B in one run); it can only
+// turn it on where amx_status() allows it. off_reason is what amx_inactive_reason() says
+// while it is off.
+void set_amx_enabled(bool on, const std::string& off_reason = "disabled by set_amx_enabled(false)");
+// "" when AMX is active, else the reason it is not (the off_reason of set_amx_enabled, e.g.
+// "disabled by TINYLOOP_DISABLE_AMX", or amx_status().reason).
 std::string amx_inactive_reason();
 
 // The AMX-BF16 matmul: y[T, N] = bf16(x)[T, K] @ Wb^T (+ bias) on the packed copy w.bf16dot

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/ops.h"
+#include "base/views.h"
 
 namespace tinyloop::cpu {
 
@@ -35,6 +35,9 @@ void pack_q8act(const ops::WeightView& w, void* out);
 // Which kernel matmul_q8act runs on packed copies: "avx512vnni", "avx2", or (no copies made)
 // "portable-<Highway target>".
 std::string q8act_kernel_name();
+// false: the q8 matmul never runs the AVX512-VNNI kernels (A/B runs; ops/backend.h applies
+// TINYLOOP_DISABLE_VNNI through it). Takes effect only before the first q8 kernel or packing.
+void set_vnni_enabled(bool on);
 
 // The reduced-precision matmul of ops/matmul_bf16dot.h (x rounded to bf16, the packed BF16
 // copy w.bf16dot, float32 sums): on a CPU with AMX-BF16 the AMX chain by AMX tiles
@@ -81,5 +84,7 @@ void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t*
 std::string simd_target_name();
 // Every Highway target compiled into this library (HWY_* bits), best first.
 std::vector<int64_t> compiled_targets();
+// Their names, in the same order.
+std::vector<std::string> compiled_target_names();
 
 }  // namespace tinyloop::cpu

@@ -10,7 +10,7 @@
 #include "cpu/kernels.h"
 #include "cpu/matmul_internal.h"
 #include "cpu/matmul_split.h"
-#include "ops/weight_quant_inl.h"
+#include "base/weight_quant_inl.h"
 
 namespace tinyloop::cpu {
 namespace {

@@ -37,7 +37,7 @@
 #include "cpu/amx.h"
 #include "cpu/matmul_split.h"
 #include "cpu/thread_pool.h"
-#include "ops/matmul_bf16dot.h"
+#include "base/bf16dot_format.h"
 
 namespace tinyloop::cpu {
 namespace {

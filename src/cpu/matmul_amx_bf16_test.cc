@@ -16,7 +16,7 @@
 #include "cpu/amx.h"
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
-#include "ops/convert_inl.h"
+#include "base/convert_inl.h"
 #include "ops/matmul_bf16dot.h"
 #include "cpu/bf16dot_test_case.h"
 #include "ops/test_util.h"

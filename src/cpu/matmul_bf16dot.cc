@@ -26,7 +26,7 @@
 #include "cpu/kernels.h"
 #include "cpu/matmul_bf16dot_internal.h"
 #include "cpu/matmul_split.h"
-#include "ops/matmul_bf16dot.h"
+#include "base/bf16dot_format.h"
 
 namespace tinyloop::cpu {
 namespace {

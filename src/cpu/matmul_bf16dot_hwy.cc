@@ -18,7 +18,7 @@
 
 #include "cpu/matmul_bf16dot_internal.h"
 #include "hwy/highway.h"
-#include "ops/matmul_bf16dot.h"
+#include "base/bf16dot_format.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tinyloop::cpu::HWY_NAMESPACE {

@@ -25,8 +25,8 @@
 
 #include "cpu/simd-inl.h"
 #include "hwy/highway.h"
-#include "ops/matmul_q8act.h"
-#include "ops/weight_quant_inl.h"
+#include "base/q8act_format.h"
+#include "base/weight_quant_inl.h"
 
 #ifndef TINYLOOP_CPU_MATMUL_Q8ACT_ARGS_
 #define TINYLOOP_CPU_MATMUL_Q8ACT_ARGS_
@@ -145,6 +145,7 @@ void Q8ActRange(const detail::Q8ActArgs& a, int64_t n0, int64_t n1) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -155,7 +156,7 @@ HWY_AFTER_NAMESPACE();
 #include "cpu/matmul_q8act_packed.h"
 #include "cpu/matmul_q8act_vnni.h"
 #include "cpu/matmul_split.h"
-#include "ops/weight_quant_inl.h"
+#include "base/weight_quant_inl.h"
 
 namespace tinyloop::cpu {
 HWY_EXPORT(Q8ActRange);
@@ -197,13 +198,14 @@ void detail::matmul_q8act_hwy(const float* x, int64_t T, const ops::WeightView& 
 }
 
 namespace {
-// VNNI kernels on: the CPU has them and TINYLOOP_DISABLE_VNNI is unset (read once).
+// What set_vnni_enabled asked for before the first q8 kernel ran (ops/backend.h applies
+// TINYLOOP_DISABLE_VNNI through it).
+std::atomic<bool> g_vnni_wanted{true};
+
+// VNNI kernels on: the CPU has them and they were not turned off. Decided once, at the first
+// q8 kernel or packing, because the packed copies made at load time follow this choice.
 bool vnni_on() {
-  static const bool on = [] {
-    const char* env = std::getenv("TINYLOOP_DISABLE_VNNI");
-    const bool disabled = env && *env && std::strcmp(env, "0") != 0;
-    return !disabled && detail::vnni_supported();
-  }();
+  static const bool on = g_vnni_wanted.load() && detail::vnni_supported();
   return on;
 }
 
@@ -223,6 +225,8 @@ void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const flo
 }
 
 int64_t q8act_packed_bytes(const ops::WeightView& w) { return packed_isa() ? detail::q8act_packed_bytes(w) : 0; }
+
+void set_vnni_enabled(bool on) { g_vnni_wanted.store(on); }
 
 std::string q8act_kernel_name() {
   if (const auto isa = packed_isa()) return *isa == detail::PackedIsa::Avx512Vnni ? "avx512vnni" : "avx2";

@@ -37,8 +37,8 @@
 #include "cpu/matmul_q8act_vnni.h"
 #include "cpu/matmul_split.h"
 #include "cpu/thread_pool.h"
-#include "ops/matmul_q8act.h"
-#include "ops/weight_quant_inl.h"
+#include "base/q8act_format.h"
+#include "base/weight_quant_inl.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define TINYLOOP_HAVE_PACKED_KERNEL 1

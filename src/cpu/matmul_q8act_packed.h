@@ -9,7 +9,7 @@
 #pragma once
 #include <cstdint>
 
-#include "ops/ops.h"
+#include "base/views.h"
 
 namespace tinyloop::cpu::detail {
 

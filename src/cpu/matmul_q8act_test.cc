@@ -17,7 +17,7 @@
 #include "cpu/test_util.h"
 #include "ops/matmul_q8act.h"
 #include "ops/test_util.h"
-#include "ops/weight_quant_inl.h"
+#include "base/weight_quant_inl.h"
 #include "ops/weight_quant_test_util.h"
 
 namespace tinyloop::cpu {
@@ -224,7 +224,7 @@ TEST(CpuQ8ActVnni, QuantizesLikeTheReference) {
   for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "t=" << i / size_t(N) << " k=" << i % size_t(N);
 }
 
-// cpu::matmul_q8act runs the VNNI kernel when the CPU has it (unless TINYLOOP_DISABLE_VNNI):
+// cpu::matmul_q8act runs the VNNI kernel when the CPU has it (nothing here turns it off):
 // its bits are the VNNI kernel's then, the Highway kernel's otherwise.
 TEST(CpuQ8ActVnni, DispatchPicksVnniWhenSupported) {
   const int64_t K = 160, N = 21, T = 5;
@@ -232,9 +232,7 @@ TEST(CpuQ8ActVnni, DispatchPicksVnniWhenSupported) {
   const auto st = store_quant(random_floats(size_t(N * K), 5), N, K, DType::U4, 32, DType::F16);
   std::vector<float> got(size_t(T * N)), want(size_t(T * N));
   cpu::matmul_q8act(x.data(), T, st.view(), nullptr, got.data());
-  const char* env = std::getenv("TINYLOOP_DISABLE_VNNI");
-  const bool disabled = env && *env && std::string(env) != "0";
-  if (detail::vnni_supported() && !disabled)
+  if (detail::vnni_supported())
     detail::matmul_q8act_vnni(x.data(), T, st.view(), nullptr, want.data());
   else
     detail::matmul_q8act_hwy(x.data(), T, st.view(), nullptr, want.data());

@@ -39,8 +39,8 @@
 #include <vector>
 
 #include "cpu/matmul_split.h"
-#include "ops/matmul_q8act.h"
-#include "ops/weight_quant_inl.h"
+#include "base/q8act_format.h"
+#include "base/weight_quant_inl.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define TINYLOOP_HAVE_VNNI_KERNEL 1

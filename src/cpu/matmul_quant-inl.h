@@ -34,7 +34,7 @@
 #include "cpu/matmul_internal.h"
 #include "cpu/simd-inl.h"
 #include "hwy/highway.h"
-#include "ops/convert_inl.h"
+#include "base/convert_inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tinyloop::cpu::HWY_NAMESPACE {

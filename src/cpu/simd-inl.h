@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "hwy/highway.h"
-#include "ops/convert_inl.h"  // exact scalar F16 decode for targets without F16C
+#include "base/convert_inl.h"  // exact scalar F16 decode for targets without F16C
 
 HWY_BEFORE_NAMESPACE();
 namespace tinyloop::cpu::HWY_NAMESPACE {

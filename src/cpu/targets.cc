@@ -26,5 +26,11 @@ std::vector<int64_t> compiled_targets() {
   for (int64_t t = HWY_TARGETS; t != 0; t &= t - 1) out.push_back(t & -t);
   return out;
 }
+
+std::vector<std::string> compiled_target_names() {
+  std::vector<std::string> names;
+  for (int64_t t : compiled_targets()) names.push_back(hwy::TargetName(t));
+  return names;
+}
 }  // namespace tinyloop::cpu
 #endif

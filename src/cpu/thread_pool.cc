@@ -38,12 +38,8 @@ inline void cpu_relax() {
 #endif
 }
 
+// The hardware concurrency (TINYLOOP_NUM_THREADS is applied above, by ops/backend.cc).
 int default_threads() {
-  if (const char* env = std::getenv("TINYLOOP_NUM_THREADS")) {
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    if (end != env && *end == '\0' && v > 0) return v > 1024 ? 1024 : int(v);
-  }
   const unsigned hw = std::thread::hardware_concurrency();
   return hw > 0 ? int(hw) : 1;
 }

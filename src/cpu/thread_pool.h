@@ -31,8 +31,8 @@ ThreadPool& global_pool();
 
 // Threads the global pool uses (the caller included), >= 1.
 int num_threads();
-// Resize the global pool; n < 1 means the default (env / hardware concurrency). Waits for a
-// job in flight to finish first.
+// Resize the global pool; n < 1 means the hardware concurrency (ops/backend.h applies the
+// TINYLOOP_NUM_THREADS default). Waits for a job in flight to finish first.
 void set_num_threads(int n);
 
 // Runs fn(task) for every task in [0, n_tasks) on the global pool (see the policy above);

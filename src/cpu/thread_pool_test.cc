@@ -1,5 +1,6 @@
 // The pool: every task runs exactly once, nested and concurrent callers complete (inline
-// when the pool is busy), resizing works and TINYLOOP_NUM_THREADS sets the default.
+// when the pool is busy), resizing works and n < 1 means the hardware concurrency
+// (TINYLOOP_NUM_THREADS is the ops backend's default: ops/backend_test.cc).
 #include "cpu/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -58,16 +59,12 @@ TEST(ThreadPool, ConcurrentCallersAllComplete) {
   set_num_threads(0);
 }
 
-TEST(ThreadPool, EnvSetsTheDefault) {
-  ASSERT_EQ(setenv("TINYLOOP_NUM_THREADS", "3", 1), 0);
-  set_num_threads(0);  // < 1: back to the default, which reads the env again
+TEST(ThreadPool, BelowOneMeansTheHardwareConcurrency) {
+  set_num_threads(3);
   EXPECT_EQ(num_threads(), 3);
-  ASSERT_EQ(setenv("TINYLOOP_NUM_THREADS", "zero", 1), 0);  // invalid: hardware concurrency
   set_num_threads(0);
   const unsigned hw = std::thread::hardware_concurrency();
   EXPECT_EQ(num_threads(), hw > 0 ? int(hw) : 1);
-  unsetenv("TINYLOOP_NUM_THREADS");
-  set_num_threads(0);
 }
 
 }  // namespace

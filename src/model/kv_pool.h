@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "model/huge_pages.h"
+#include "base/huge_pages.h"
 #include "model/memory_tracker.h"
 #include "ops/ops.h"
 #include "tinyloop/config.h"

@@ -7,7 +7,7 @@
 #include <new>
 #include <stdexcept>
 
-#include "model/huge_pages.h"
+#include "base/huge_pages.h"
 #include "model/kv_cache.h"
 #include "model/kv_pool.h"
 

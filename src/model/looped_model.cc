@@ -9,15 +9,17 @@
 
 namespace tinyloop::model {
 
-LoopedModel::LoopedModel(std::shared_ptr<const ModelFile> file, bool act_q8, bool bf16_body)
+LoopedModel::LoopedModel(std::shared_ptr<const ModelFile> file, bool q8act, bool fp16_body)
     : file_(std::move(file)), cfg_(file_->config()), w_(bind_weights(*file_)) {
-  set_activation_q8(w_, act_q8);
-  if (act_q8) {
-    q8_copies_ = set_q8act_packs(w_);
+  // The model picks each weight's arithmetic; the backend makes whatever copies its kernels
+  // want for it (ops/backend.h), and the model counts their bytes.
+  set_q8act(w_, q8act);
+  if (q8act) {
+    q8_copies_ = ops::make_q8act_copies(matmul_views(w_));
     q8_tracked_ = TrackedBytes(&memory_, q8_copies_.bytes);
   }
-  if (bf16_body) {
-    bf16_copies_ = set_loop_bf16dot(w_);
+  if (fp16_body) {
+    bf16_copies_ = ops::make_bf16dot_copies(loop_body_views(w_));
     bf16_tracked_ = TrackedBytes(&memory_, bf16_copies_.bytes);
   }
 }

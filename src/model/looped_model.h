@@ -14,6 +14,7 @@
 #include "model/layer.h"
 #include "model/memory_tracker.h"
 #include "model/weights.h"
+#include "ops/backend.h"
 #include "tinyloop/model_file.h"
 
 namespace tinyloop::model {
@@ -23,21 +24,22 @@ enum class LogitRows { Last, All };
 
 class LoopedModel {
  public:
-  // act_q8: int8 activations for the int8/int4 weight matmuls (set_activation_q8); bf16_body:
-  // the loop body's float weights get packed BF16 copies and bf16 dot-product matmuls
-  // (set_loop_bf16dot, TINYLOOP_EXPERIMENTAL_FP16_BODY; the copies count in memory()). Both
+  // q8act: int8 activations for the int8/int4 weight matmuls (quant_activations="q8",
+  // set_q8act); fp16_body: the loop body's float weights take the bf16 dot-product arithmetic
+  // (TINYLOOP_EXPERIMENTAL_FP16_BODY, ops/matmul_bf16dot.h). For both the backend makes
+  // copies of the weights in its kernels' layouts (ops/backend.h), counted in memory(). Both
   // fixed for the model's lifetime.
-  explicit LoopedModel(std::shared_ptr<const ModelFile> file, bool act_q8 = false,
-                       bool bf16_body = false);
+  explicit LoopedModel(std::shared_ptr<const ModelFile> file, bool q8act = false,
+                       bool fp16_body = false);
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
   const ModelFile& file() const { return *file_; }
   MemoryTracker& memory() const { return memory_; }
-  // Bytes of the packed BF16 copies (0 unless bf16_body).
-  int64_t bf16_body_bytes() const { return bf16_copies_.bytes; }
-  // Bytes of the q8 weights' VNNI-layout copies (0 unless quant_activations="q8" on a CPU
-  // with AVX512-VNNI).
+  // Bytes of the packed BF16 copies (0 unless fp16_body).
+  int64_t fp16_body_bytes() const { return bf16_copies_.bytes; }
+  // Bytes of the q8 weights' packed copies (0 unless quant_activations="q8" on a CPU with
+  // AVX512-VNNI or AVX2).
   int64_t q8_packed_bytes() const { return q8_copies_.bytes; }
 
   // The four steps over a batch of rows (model/layer.h RowBatch): rows of many sequences at
@@ -94,9 +96,9 @@ class LoopedModel {
   const ModelConfig& cfg_;
   ModelWeights w_;
   mutable MemoryTracker memory_;
-  PackedCopies bf16_copies_;    // the views of w_ point into these
-  TrackedBytes bf16_tracked_;   // their bytes, in memory_
-  PackedCopies q8_copies_;      // likewise, the VNNI layout of q8 weights
+  ops::WeightCopies bf16_copies_;  // the views of w_ point into these
+  TrackedBytes bf16_tracked_;      // their bytes, in memory_
+  ops::WeightCopies q8_copies_;    // likewise, the packed layout of q8 weights
   TrackedBytes q8_tracked_;
 };
 

@@ -4,8 +4,6 @@
 #include <new>
 #include <string>
 
-#include "ops/matmul_bf16dot.h"
-#include "ops/matmul_q8act.h"
 #include "tinyloop/errors.h"
 
 namespace tinyloop::model {
@@ -124,8 +122,6 @@ ModelWeights bind_weights(const ModelFile& f) {
   return w;
 }
 
-namespace {
-
 // Every matmul weight view of the model (linears, inject, exit gate, head), once each.
 std::vector<ops::WeightView*> matmul_views(ModelWeights& w) {
   std::vector<ops::WeightView*> v;
@@ -139,55 +135,16 @@ std::vector<ops::WeightView*> matmul_views(ModelWeights& w) {
   return v;
 }
 
-// Packs each view of `todo` with pack(view, dst) into one huge-page arena, size_of(view)
-// bytes each (rounded up to 64), and lets set(view, dst) point the view at its copy.
-template <class SizeOf, class Pack, class Set>
-PackedCopies pack_copies(const std::vector<ops::WeightView*>& todo, SizeOf size_of, Pack pack, Set set) {
-  constexpr int64_t kAlign = 64;  // one vector, one cache line
-  auto padded = [&](const ops::WeightView* v) { return (size_of(*v) + kAlign - 1) / kAlign * kAlign; };
-  int64_t total = 0;
-  for (const ops::WeightView* v : todo) total += padded(v);
-  PackedCopies c;
-  if (total == 0) return c;
-  c.arena = alloc_huge_pages(size_t(total));  // 2 MiB pages: huge_pages.h
-  uint8_t* next = c.arena.get();
-  for (ops::WeightView* v : todo) {
-    pack(*v, next);
-    set(*v, next);
-    c.bytes += size_of(*v);
-    next += padded(v);
-  }
-  return c;
-}
-
-}  // namespace
-
-void set_activation_q8(ModelWeights& w, bool q8) {
-  for (ops::WeightView* v : matmul_views(w)) v->act_q8 = q8;
-}
-
-PackedCopies set_loop_bf16dot(ModelWeights& w) {
-  std::vector<ops::WeightView*> todo;  // the float matmul weights of the loop body
+std::vector<ops::WeightView*> loop_body_views(ModelWeights& w) {
+  std::vector<ops::WeightView*> v;
   for (LayerWeights& L : w.loop)
-    for (Linear* l : {&L.wqkv, &L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) todo.push_back(&l->w);
-  todo.push_back(&w.inject.w);
-  std::erase_if(todo, [](const ops::WeightView* v) {
-    return !v->data || (v->dtype != DType::F32 && v->dtype != DType::F16 && v->dtype != DType::BF16);
-  });
-  return pack_copies(
-      todo,
-      [](const ops::WeightView& v) { return ops::bf16dot_packed_words(v.rows, v.cols) * int64_t(sizeof(uint32_t)); },
-      [](const ops::WeightView& v, uint8_t* dst) { ops::pack_bf16dot(v, reinterpret_cast<uint32_t*>(dst)); },
-      [](ops::WeightView& v, uint8_t* dst) { v.bf16dot = reinterpret_cast<const uint32_t*>(dst); });
+    for (Linear* l : {&L.wqkv, &L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) v.push_back(&l->w);
+  v.push_back(&w.inject.w);
+  return v;
 }
 
-PackedCopies set_q8act_packs(ModelWeights& w) {
-  std::vector<ops::WeightView*> todo = matmul_views(w);
-  std::erase_if(todo, [](const ops::WeightView* v) { return !v->data || !v->act_q8 || ops::q8act_packed_bytes(*v) == 0; });
-  return pack_copies(
-      todo, [](const ops::WeightView& v) { return ops::q8act_packed_bytes(v); },
-      [](const ops::WeightView& v, uint8_t* dst) { ops::pack_q8act(v, dst); },
-      [](ops::WeightView& v, uint8_t* dst) { v.q8packed = dst; });
+void set_q8act(ModelWeights& w, bool q8) {
+  for (ops::WeightView* v : matmul_views(w)) v->q8act = q8;
 }
 
 }  // namespace tinyloop::model

@@ -4,7 +4,6 @@
 #include <memory>
 #include <vector>
 
-#include "model/huge_pages.h"
 #include "ops/ops.h"
 #include "tinyloop/config.h"
 #include "tinyloop/model_file.h"
@@ -57,33 +56,18 @@ struct ModelWeights {
 ModelWeights bind_weights(const ModelFile& file);
 
 // Marks every matmul weight view (linears, inject, exit gate, head) to quantize its
-// activation rows to int8 per block of 32 as llama.cpp does (ops::WeightView::act_q8). The
+// activation rows to int8 per block of 32 as llama.cpp does (ops::WeightView::q8act). The
 // matmul op applies it only to int8/int4 weights with a group that is a multiple of 32.
-void set_activation_q8(ModelWeights& w, bool q8);
+void set_q8act(ModelWeights& w, bool q8);
 
-// Repacked copies of weights for a faster kernel (the BF16 copies of the reduced-precision
-// body, the VNNI layout of q8 weights), in one arena owned here (each copy 64-byte
-// aligned); the views that use them point into it. The arena is 2 MiB aligned and asks
-// Linux for transparent huge pages: the model file's mapping gets them from the page cache,
-// and a decode step that streams the copies through 4 KiB pages measured 15-20 % slower
-// than the same bytes read from the file.
-struct PackedCopies {
-  HugeBytes arena;     // the copies
-  int64_t bytes = 0;   // sum of their sizes
-};
+// Every matmul weight view of the model (linears, inject, post-loop projection, exit gate,
+// head), once each; views of absent weights have no data.
+std::vector<ops::WeightView*> matmul_views(ModelWeights& w);
 
-// TINYLOOP_EXPERIMENTAL_FP16_BODY: gives every F32 / F16 / BF16 matmul weight of the loop
-// body - the loop layers and the inject projection, which run L times a token - a packed
-// BF16 copy ([ceil(N / 64), ceil(K / 2), 64] uint32 words) and points its view at it
-// (ops::WeightView::bf16dot), so those matmuls round their input rows to bf16 and use
-// vdpbf16ps. int8 / int4 weights, pre / post blocks, the head and the exit gate are left
-// as they are. The returned copies must outlive w.
-PackedCopies set_loop_bf16dot(ModelWeights& w);
-
-// quant_activations="q8" on an x86 CPU with AVX512-VNNI or AVX2: gives every int8 / int4
-// weight the q8 matmul applies to (after set_activation_q8) a copy in the packed kernels'
-// layout (ops::WeightView::q8packed, ops/matmul_q8act.h): same bits as the reference, faster.
-// None elsewhere (bytes 0). The returned copies must outlive w.
-PackedCopies set_q8act_packs(ModelWeights& w);
+// The matmul weights of the loop body - the loop layers and the inject projection, which run
+// L times a token: the ones fp16_body gives the reduced-precision arithmetic (the backend
+// packs their copies, ops::make_bf16dot_copies). Pre / post blocks, the head and the exit
+// gate keep their own.
+std::vector<ops::WeightView*> loop_body_views(ModelWeights& w);
 
 }  // namespace tinyloop::model

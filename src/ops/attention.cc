@@ -20,7 +20,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "ops/convert_inl.h"
+#include "base/convert_inl.h"
 #include "ops/kv_quant.h"
 #include "ops/reference.h"
 

@@ -1,9 +1,6 @@
 // The public ops (ops.h): each runs the SIMD + threaded kernel of src/cpu when there is one,
 // or the scalar reference (ops/reference.h) when forced, or when it is the only version.
 // The model layer calls only these, so it never knows which ISA or how many threads ran.
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 
 #include "cpu/kernels.h"
@@ -15,35 +12,28 @@
 namespace tinyloop::ops {
 namespace {
 
-// -1 until first use, then 0 (SIMD) or 1 (scalar). TINYLOOP_FORCE_SCALAR is read once, like
-// the other TINYLOOP_* switches; set_force_scalar() overrides it (benchmarks A/B in one run).
-std::atomic<int> g_force_scalar{-1};
-
-bool scalar() {
-  int v = g_force_scalar.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* env = std::getenv("TINYLOOP_FORCE_SCALAR");
-    v = env && *env && std::strcmp(env, "0") != 0 ? 1 : 0;
-    int expected = -1;
-    if (!g_force_scalar.compare_exchange_strong(expected, v)) v = expected;
-  }
-  return v == 1;
-}
+// Every op asks this first: the scalar reference (forced, ops/backend.h) or the CPU kernels.
+// The first call anywhere applies the backend's defaults (ops/backend.cc).
+inline bool scalar() { return force_scalar(); }
 
 }  // namespace
 
-void set_force_scalar(bool on) { g_force_scalar.store(on ? 1 : 0); }
-bool force_scalar() { return scalar(); }
-
 void matmul(const float* x, int64_t T, const WeightView& w, const float* bias, float* y) {
   if (w.bf16dot) return matmul_bf16dot(x, T, w, bias, y);
-  if (w.act_q8 && q8act_applies(w)) return matmul_q8act(x, T, w, bias, y);
+  if (w.q8act && q8act_applies(w)) return matmul_q8act(x, T, w, bias, y);
   if (scalar()) return ref::matmul(x, T, w, bias, y);
   cpu::matmul(x, T, w, bias, y);
 }
 
-int64_t q8act_packed_bytes(const WeightView& w) { return cpu::q8act_packed_bytes(w); }
-void pack_q8act(const WeightView& w, void* out) { cpu::pack_q8act(w, out); }
+// The packed layout depends on the kernel the settings pick (VNNI or not): defaults first.
+int64_t q8act_packed_bytes(const WeightView& w) {
+  (void)scalar();
+  return cpu::q8act_packed_bytes(w);
+}
+void pack_q8act(const WeightView& w, void* out) {
+  (void)scalar();
+  cpu::pack_q8act(w, out);
+}
 
 void matmul_q8act(const float* x, int64_t T, const WeightView& w, const float* bias, float* y) {
   if (scalar()) return ref::matmul_q8act(x, T, w, bias, y);

@@ -49,7 +49,7 @@ void kv_write_i8(const KvView& dst, const float* k_rows, const float* v_rows, co
 
 // ---- store-h rows -----------------------------------------------------------------------
 
-#include "ops/convert_inl.h"
+#include "base/convert_inl.h"
 
 namespace tinyloop::ops {
 

@@ -1,5 +1,5 @@
 // Scalar reference matmul: y[T, N] = x[T, K] @ W[N, K]^T (+ bias), W in F32 / F16 / BF16,
-// or int8 / int4 (dequantized row by row into the same float block buffer, ops/weight_quant_inl.h).
+// or int8 / int4 (dequantized row by row into the same float block buffer, base/weight_quant_inl.h).
 //
 // Layout of the loops (outer to inner):
 //   1. blocks of x rows small enough to stay in L2 (so a long prefill does not stream all of
@@ -21,9 +21,9 @@
 #include <cstring>
 #include <vector>
 
-#include "ops/convert_inl.h"
+#include "base/convert_inl.h"
 #include "ops/reference.h"
-#include "ops/weight_quant_inl.h"
+#include "base/weight_quant_inl.h"
 
 namespace tinyloop::ops::ref {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/convert_inl.h"
+#include "base/convert_inl.h"
 
 namespace tinyloop::ops {
 

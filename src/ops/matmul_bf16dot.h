@@ -31,49 +31,17 @@
 // per step. Columns n >= N of the last panel and k >= K are zero. Bytes:
 // ceil(N / 64) * 64 * K2 * 4 (= 2 N K bytes when 64 divides N and K is even).
 #pragma once
-#include <bit>
 #include <cstdint>
 
+#include "base/bf16dot_format.h"  // kBf16DotPanel, round_bf16_ftz, round_rows_bf16dot
 #include "ops/ops.h"
 
 namespace tinyloop::ops {
-
-constexpr int64_t kBf16DotPanel = 64;  // output columns per packed panel
-
-// uint32 words of a packed [N, K] weight.
-inline int64_t bf16dot_packed_words(int64_t N, int64_t K) {
-  return (N + kBf16DotPanel - 1) / kBf16DotPanel * kBf16DotPanel * ((K + 1) / 2);
-}
-
-// float -> bf16 as the spec rounds x and the weights: a subnormal (|f| < 2^-126) becomes a
-// signed zero, then round to nearest even by the bias trick (ops/convert_inl.h); nan stays a
-// quiet nan, overflow rounds to inf. Selects instead of branches so a row loop vectorizes
-// (x is rounded on every call: T * K values).
-inline uint16_t round_bf16_ftz(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f), a = u & 0x7fffffffu;
-  const uint32_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t r = a > 0x7f800000u ? (u >> 16) | 0x0040u : rne;
-  return uint16_t(a < 0x00800000u ? (u >> 16) & 0x8000u : r);
-}
 
 // Packs a F32 / F16 / BF16 weight view [N, K] into out[bf16dot_packed_words(N, K)], each
 // value rounded by round_bf16_ftz (exact for BF16 weights except subnormals). Throws
 // std::invalid_argument for a quantized or empty view.
 void pack_bf16dot(const WeightView& w, uint32_t* out);
-
-// x[T, K] -> xp[T, ceil(K / 2)]: each row rounded by round_bf16_ftz and paired as the packed
-// weights are (even column in the low half; past an odd K the high half is zero).
-inline void round_rows_bf16dot(const float* x, int64_t T, int64_t K, uint32_t* xp) {
-  const int64_t K2 = (K + 1) / 2;
-  for (int64_t t = 0; t < T; ++t) {
-    const float* xr = x + t * K;  // [K]
-    uint32_t* out = xp + t * K2;  // [K2]
-#pragma omp simd
-    for (int64_t i = 0; i < K / 2; ++i)
-      out[i] = uint32_t(round_bf16_ftz(xr[2 * i])) | uint32_t(round_bf16_ftz(xr[2 * i + 1])) << 16;
-    if (K % 2) out[K2 - 1] = round_bf16_ftz(xr[K - 1]);
-  }
-}
 
 // The AMX chain (CPUs with AMX-BF16, cpu/amx.h): TDPBF16PS does NOT sum in the order above.
 // Measured on the AMX Xeon of docs/benchmarks.md (2026-12-02: 40 000 single-instruction elements
@@ -96,7 +64,6 @@ inline void round_rows_bf16dot(const float* x, int64_t T, int64_t K, uint32_t* x
 // Between the two chains (sums of the same exact products; first-order error bounds of K
 // and 17 + ceil(K2 / 16) roundings): |y_amx - y| <= (K + 17 + ceil(K2 / 16)) * 2^-24 *
 // sum_k |xb[k] wb[k]|, the tolerance cpu/matmul_amx_bf16_test.cc checks.
-constexpr int64_t kBf16DotAmxPairs = 16;  // pairs per TDPBF16PS step (one 64-byte tile row)
 
 namespace ref {
 // The spec above, as plain loops: x [T, K], w a view with bf16dot set ([N, K], the packed

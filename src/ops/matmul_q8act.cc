@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/weight_quant_inl.h"
+#include "base/weight_quant_inl.h"
 
 namespace tinyloop::ops::ref {
 

@@ -15,59 +15,11 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "ops/convert_inl.h"
+#include "base/q8act_format.h"  // kQ8Block, q8act_applies, the block quantizer
 #include "ops/ops.h"
 
 namespace tinyloop::ops {
 
-constexpr int64_t kQ8Block = 32;  // columns per activation block (ggml QK8_0 / QK8_1)
-
-// The q8 path applies: an int8 / int4 weight whose group is a multiple of 32 (so a block
-// of activations never spans two weight groups). Other weights always take the exact path.
-inline bool q8act_applies(const WeightView& w) {
-  return (w.dtype == DType::I8 || w.dtype == DType::U4) && w.group > 0 &&
-         w.group % kQ8Block == 0 && w.cols % w.group == 0;
-}
-
-namespace detail {
-
-// A block's d and s from its max |x| and the integer sum of its q: both rounded through
-// fp16, s from the unrounded d (ggml's Q8_1). Every quantizer (this scalar one, the AVX-512
-// one of the VNNI kernels) finishes its blocks with this, so their bits agree.
-inline void q8_block_scales(float amax, int32_t qsum, float* d, float* s) {
-  const float df = amax / 127.f;
-  *d = half_to_float(float_to_half(df));
-  *s = half_to_float(float_to_half(df * float(qsum)));
-}
-
-// One block of 32 activations, as ggml's x86 quantize_row_q8_1 forms it.
-//   x [32] in, q [32] out; d, s out (both already rounded through fp16, returned as float).
-inline void quantize_block_q8(const float* x, int8_t* q, float* d, float* s) {
-  float amax = 0.f;
-  for (int j = 0; j < kQ8Block; ++j) amax = std::fmax(amax, std::fabs(x[j]));
-  // 127 / amax, not 1 / d: the x86 path multiplies by this (the generic C one by 1 / d).
-  const float id = amax != 0.f ? 127.f / amax : 0.f;
-  int32_t sum = 0;
-  for (int j = 0; j < kQ8Block; ++j) {
-    // Round half to even (default rounding mode), as _mm256_round_ps with _MM_ROUND_NEAREST
-    // (the generic C path's roundf rounds half away from zero): adding and subtracting
-    // 1.5 * 2^23 leaves the integer nearest |v| <= 2^22 - the same as nearbyint, without
-    // a libm call on a baseline x86-64 build (no SSE4.1 roundss).
-    const float r = (x[j] * id + 12582912.f) - 12582912.f;
-    const int32_t v = int32_t(r);
-    q[j] = int8_t(v);
-    sum += v;
-  }
-  q8_block_scales(amax, sum, d, s);
-}
-
-// A row x[K] (K a multiple of 32): q [K], d [K / 32], s [K / 32].
-inline void quantize_row_q8(const float* x, int64_t K, int8_t* q, float* d, float* s) {
-  for (int64_t b = 0; b < K / kQ8Block; ++b)
-    quantize_block_q8(x + b * kQ8Block, q + b * kQ8Block, d + b, s + b);
-}
-
-}  // namespace detail
 
 namespace ref {
 // Scalar reference of the q8-activation matmul: x [T, K], w [N, K] (q8act_applies(w)),
@@ -83,7 +35,7 @@ int64_t q8act_packed_bytes(const WeightView& w);
 void pack_q8act(const WeightView& w, void* out);
 
 // The dispatched op (SIMD unless TINYLOOP_FORCE_SCALAR), same contract as ref::matmul_q8act.
-// ops::matmul calls it for views with act_q8 set.
+// ops::matmul calls it for views with q8act set.
 void matmul_q8act(const float* x, int64_t T, const WeightView& w, const float* bias, float* y);
 
 }  // namespace tinyloop::ops

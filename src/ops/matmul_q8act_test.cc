@@ -1,7 +1,7 @@
 // The q8-activation scalar reference (ops/matmul_q8act.h): the block quantizer against
 // hand-computed ggml x86 values (127 / amax, half-to-even, fp16 d and s), the matmul against
 // a double/int64 oracle of the same formula on odd N and odd multiples of 32 for K, the
-// refusals, and the dispatch (act_q8 takes the path only where the group allows it).
+// refusals, and the dispatch (q8act takes the path only where the group allows it).
 #include "ops/matmul_q8act.h"
 
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 
 #include "ops/reference.h"
 #include "ops/test_util.h"
-#include "ops/weight_quant_inl.h"
+#include "base/weight_quant_inl.h"
 #include "ops/weight_quant_test_util.h"
 
 namespace tinyloop::ops {
@@ -132,7 +132,7 @@ TEST(Q8ActDispatch, FlagSelectsThePathOnlyWhereTheGroupAllows) {
     WeightView w = st.view();
     std::vector<float> exact(static_cast<size_t>(N)), flagged(exact), q8(exact);
     matmul(x.data(), 1, w, nullptr, exact.data());
-    w.act_q8 = true;
+    w.q8act = true;
     matmul(x.data(), 1, w, nullptr, flagged.data());
     if (G % 32 == 0) {
       matmul_q8act(x.data(), 1, w, nullptr, q8.data());

@@ -6,42 +6,16 @@
 // computed alone. TINYLOOP_FORCE_SCALAR=1 (or set_force_scalar) selects the reference.
 #pragma once
 #include <cstdint>
-#include "ops/dtype.h"
+#include "base/dtype.h"
+#include "base/views.h"  // WeightView, KvView, KvRowGroup, RopeLayout: the arguments below
 
 namespace tinyloop::ops {
 
 // Kernel choice for every later call in the process: true = the scalar reference (slow;
-// for A/B benchmarks and debugging). Defaults to env TINYLOOP_FORCE_SCALAR=1, read once.
+// for A/B benchmarks and debugging). Defaults to env TINYLOOP_FORCE_SCALAR=1 (ops/backend.h,
+// which holds the other backend settings too).
 void set_force_scalar(bool scalar);
 bool force_scalar();
-
-// A weight matrix as stored in the model file: [rows = out, cols = in], row-major.
-// Quantized (docs/model-format.md, version 2), K split into groups of `group` columns:
-//   I8: data int8 [N, K];        W[n, k] = scales[n, k / group] * q[n, k]
-//   U4: data uint8 [N, K / 2];   W[n, k] = scales[n, g] * q[n, k] + offsets[n, g], g = k / group
-//       (q in 0..15; column 2b in the low nibble of byte b, 2b + 1 in the high nibble).
-// The dequantized weight is formed in float32: the scalar reference rounds the product and
-// the sum separately, the SIMD kernels may fuse them (one rounding): at most 1 ulp of W apart.
-struct WeightView {
-  DType dtype = DType::F32;
-  const void* data = nullptr;
-  int64_t rows = 0;  // output features N
-  int64_t cols = 0;  // input features K (logical: a U4 row holds K / 2 bytes)
-  int64_t group = 0;                // quantized only: columns per scale, divides K (even for U4)
-  DType scale_dtype = DType::F32;   // quantized only: F32 or F16 scales / offsets
-  const void* scales = nullptr;     // quantized only: [N, K / group]
-  const void* offsets = nullptr;    // U4 only: [N, K / group]
-  // I8 / U4 only: matmul quantizes x per 32 columns as llama.cpp does (ops/matmul_q8act.h)
-  // when the group allows it (a multiple of 32); set per Model (quant_activations="q8"; default "f32").
-  bool act_q8 = false;
-  // Optional copy of an act_q8 weight repacked for the VNNI kernel (cpu/matmul_q8act_packed.h):
-  // when set, the q8 matmul reads it instead of data / scales / offsets, same bits.
-  const uint8_t* q8packed = nullptr;
-  // Optional BF16 copy of W packed for the reduced-precision matmul (ops/matmul_bf16dot.h,
-  // TINYLOOP_EXPERIMENTAL_FP16_BODY): when set, matmul rounds x to bf16 and multiplies it by
-  // this copy instead of `data`. [ceil(N / 64), ceil(K / 2), 64] uint32 (pairs of bf16).
-  const uint32_t* bf16dot = nullptr;
-};
 
 // y[T, N] = x[T, K] @ W[N, K]^T (+ bias[N] when bias != nullptr). Accumulates in float.
 // Quantized weights are dequantized inside the product (never materialised whole).
@@ -59,7 +33,6 @@ void rmsnorm(const float* x, int64_t T, int64_t D, const float* w, float eps, fl
 void layernorm(const float* x, int64_t T, int64_t D, const float* w, const float* b, float eps,
                float* y);
 
-enum class RopeLayout { Half, Interleaved };
 // In place on x[T, n_heads, head_dim]: rotate pairs by angle pos[t] * theta^(-2i/head_dim).
 // Half: pairs (i, i + head_dim/2) as HF rotate_half; Interleaved: pairs (2i, 2i+1).
 // Angles are computed in double and rounded to float once.
@@ -75,59 +48,6 @@ void relu_square(float* x, int64_t n);
 
 // y[n] = a[n] + b[n]. y may alias a or b.
 void add(const float* a, const float* b, int64_t n, float* y);
-
-// Storage of K/V rows: float32, IEEE half, or int8 with one float32 scale per
-// (position, kv head) (docs/kv-cache.md): value = int8 * scale, scale = max|x| / 127.
-// H16 / H8 / H4 are the store-h modes: a slot keeps the attention layer's normalised input
-// h [dim] per position (half; int8 + one scale; int4 + one scale per 32 values) and the
-// model layer rebuilds K/V from it into a float32 view; kv_write / attention never see them.
-enum class KvDType { F32, F16, I8, H16, H8, H4 };
-inline bool is_store_h(KvDType t) { return t == KvDType::H16 || t == KvDType::H8 || t == KvDType::H4; }
-
-// Where one run of KV rows lives: K and V values [rows, n_kv_heads, head_dim] in the slot's
-// dtype, and (I8 only) their scales [rows, n_kv_heads]. Store-h slots keep h rows in `k`
-// ([rows, h_row_bytes]) and their scales in `k_scale`.
-struct KvBlock {
-  void* k = nullptr;
-  void* v = nullptr;
-  float* k_scale = nullptr;
-  float* v_scale = nullptr;
-};
-
-// One KV slot's keys and values. The key of absolute position p lives in ring row
-// r = p % capacity (a ring when capacity < sequence length).
-//   Contiguous (blocks == nullptr): rows [capacity, n_kv_heads, head_dim] at k / v (and
-//     k_scale / v_scale [capacity, n_kv_heads] for I8).
-//   Paged (blocks != nullptr): row r is row r % block_rows of blocks[r / block_rows]
-//     (vLLM's PagedAttention block table); capacity is a multiple of block_rows. A block a
-//     window can no longer see may be null; it is never read.
-// The arithmetic of attention never depends on the addressing: a paged slot gives exactly
-// the bits of a contiguous one holding the same rows.
-struct KvView {
-  KvDType dtype = KvDType::F16;
-  const void* k = nullptr;  // contiguous: [capacity, n_kv_heads, head_dim]
-  const void* v = nullptr;  // contiguous: [capacity, n_kv_heads, head_dim]
-  int64_t capacity = 0;
-  int64_t n_kv_heads = 0;
-  int64_t head_dim = 0;
-  const float* k_scale = nullptr;  // contiguous: [capacity, n_kv_heads], I8 only
-  const float* v_scale = nullptr;  // contiguous: [capacity, n_kv_heads], I8 only
-  int64_t block_rows = 0;          // paged: rows per block
-  const KvBlock* blocks = nullptr; // paged: [capacity / block_rows] block table
-
-  // Rows per addressing unit: block_rows when paged, the whole ring otherwise.
-  int64_t unit_rows() const { return blocks ? block_rows : capacity; }
-  // The block holding ring row r; *row receives r's row inside it.
-  KvBlock block_of(int64_t r, int64_t* row) const {
-    if (!blocks) {
-      *row = r;
-      return KvBlock{const_cast<void*>(k), const_cast<void*>(v), const_cast<float*>(k_scale),
-                     const_cast<float*>(v_scale)};
-    }
-    *row = r % block_rows;
-    return blocks[r / block_rows];
-  }
-};
 
 // Write k_rows/v_rows [T, n_kv_heads, head_dim] (float) for absolute positions pos[T] into
 // the slot `dst` names (its buffers are written through; I8 rows with their scales),
@@ -152,11 +72,6 @@ void kv_write(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_he
 void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
                const int64_t* q_pos, const int64_t* k_lo, float* out);
 
-// Rows [begin, begin + rows) of a batched attention call, all reading one slot.
-struct KvRowGroup {
-  KvView kv;
-  int64_t begin = 0, rows = 0;
-};
 // Causal attention of T query rows of many sequences in one call (the serving engine's
 // batched forward): row t reads the slot of the group holding it; groups cover 0 .. T-1 in
 // order, without gaps. Row t's output is bit-identical to ops::attention of that row alone

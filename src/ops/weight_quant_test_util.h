@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/dtype.h"
+#include "base/dtype.h"
 #include "ops/ops.h"
-#include "ops/weight_quant_inl.h"
+#include "base/weight_quant_inl.h"
 
 namespace tinyloop::ops::testing {
 

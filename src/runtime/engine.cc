@@ -53,9 +53,9 @@ bool parse_quant_activations(const std::optional<std::string>& mode) {
 Engine::Engine(const std::string& path, const EngineOptions& opts) {
   kv_dtype_ = parse_kv_mode(opts.kv_mode);
   kv_cache_disabled_ = env_flag("TINYLOOP_DISABLE_KV_CACHE");
-  act_q8_ = parse_quant_activations(opts.quant_activations);
+  q8act_ = parse_quant_activations(opts.quant_activations);
   fp16_body_ = opts.fp16_body.value_or(env_flag("TINYLOOP_EXPERIMENTAL_FP16_BODY"));
-  model_ = std::make_unique<model::LoopedModel>(ModelFile::open(path, opts.use_mmap), act_q8_, fp16_body_);
+  model_ = std::make_unique<model::LoopedModel>(ModelFile::open(path, opts.use_mmap), q8act_, fp16_body_);
   const ModelConfig& c = model_->config();
   max_seq_len_ = opts.max_seq_len.value_or(c.max_seq_len);
   if (max_seq_len_ < 1 || max_seq_len_ > kMaxSeqLen)

@@ -40,7 +40,7 @@ class Engine {
   int64_t max_seq_len() const { return max_seq_len_; }
   ops::KvDType kv_dtype() const { return kv_dtype_; }
   std::string kv_mode() const;  // as EngineOptions::kv_mode
-  std::string quant_activations() const { return act_q8_ ? "q8" : "f32"; }
+  std::string quant_activations() const { return q8act_ ? "q8" : "f32"; }
   bool fp16_body() const { return fp16_body_; }
   // TINYLOOP_DISABLE_KV_CACHE=1 at creation: every decode step re-runs the whole prefix.
   bool kv_cache_disabled() const { return kv_cache_disabled_; }
@@ -86,7 +86,7 @@ class Engine {
   int64_t max_seq_len_ = 0;
   ops::KvDType kv_dtype_ = ops::KvDType::F16;
   bool kv_cache_disabled_ = false;
-  bool act_q8_ = false;
+  bool q8act_ = false;
   bool fp16_body_ = false;
 };
 

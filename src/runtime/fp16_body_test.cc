@@ -47,8 +47,8 @@ TEST_P(Fp16Body, CopiesCountedLogitsCloseAndDecodeEqualsScore) {
   const Engine exact(path, exact_o), low(path, low_o);
   EXPECT_FALSE(exact.fp16_body());
   EXPECT_TRUE(low.fp16_body());
-  EXPECT_EQ(exact.model().bf16_body_bytes(), 0);
-  EXPECT_EQ(low.model().bf16_body_bytes(), expected_copy_bytes(c));
+  EXPECT_EQ(exact.model().fp16_body_bytes(), 0);
+  EXPECT_EQ(low.model().fp16_body_bytes(), expected_copy_bytes(c));
   EXPECT_DOUBLE_EQ((low.memory_mb() - exact.memory_mb()) * 1024 * 1024, double(expected_copy_bytes(c)));
 
   const std::vector<int32_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7};

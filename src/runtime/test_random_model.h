@@ -7,7 +7,7 @@
 #include <string>
 
 #include "io/test_file_builder.h"
-#include "ops/dtype.h"
+#include "base/dtype.h"
 
 namespace tinyloop::testing {
 

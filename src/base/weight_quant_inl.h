@@ -1,13 +1,13 @@
-// Internal to src/ops and src/cpu: scalar access to int8 / int4 weights (ops::WeightView,
-// docs/model-format.md version 2). Header-only and inline, like convert_inl.h, so the
+// Internal to the ops and the CPU kernels (bottom layer, src/base): scalar access to int8 /
+// int4 weights (ops::WeightView, docs/model-format.md version 2). Header-only and inline, like convert_inl.h, so the
 // scalar reference and the SIMD kernels' scalar edges read scales the same way.
 #pragma once
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
-#include "ops/convert_inl.h"
-#include "ops/ops.h"
+#include "base/convert_inl.h"
+#include "base/views.h"
 
 namespace tinyloop::ops::detail {
 

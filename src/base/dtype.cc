@@ -1,8 +1,8 @@
 // Element sizes / names and the public scalar conversions (bodies in convert_inl.h, shared
 // with the kernels so they inline there).
-#include "ops/dtype.h"
+#include "base/dtype.h"
 
-#include "ops/convert_inl.h"
+#include "base/convert_inl.h"
 
 namespace tinyloop {
 

@@ -10,7 +10,7 @@
 #include <limits>
 #include <random>
 
-#include "ops/dtype.h"
+#include "base/dtype.h"
 
 namespace tinyloop::ops {
 namespace {

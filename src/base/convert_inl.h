@@ -1,4 +1,5 @@
-// Internal to src/ops: inline, branch-free scalar conversions and row converters.
+// Internal to the ops and the CPU kernels (bottom layer, src/base): inline, branch-free
+// scalar conversions and row converters.
 // The public out-of-line functions in dtype.h wrap these; the kernels (matmul, attention)
 // include this header instead so the per-element conversion inlines into their row loops
 // and GCC can vectorize it (a call per element into dtype.cc could not be).

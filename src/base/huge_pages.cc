@@ -1,4 +1,4 @@
-#include "model/huge_pages.h"
+#include "base/huge_pages.h"
 
 #include <sys/mman.h>
 
@@ -8,7 +8,7 @@
 
 #include "tinyloop/checked.h"
 
-namespace tinyloop::model {
+namespace tinyloop {
 
 void HugeFree::operator()(void* p) const { std::free(p); }
 
@@ -38,4 +38,4 @@ HugeBytes alloc_huge_pages(size_t bytes) {
   return p;
 }
 
-}  // namespace tinyloop::model
+}  // namespace tinyloop

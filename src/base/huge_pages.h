@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <memory>
 
-namespace tinyloop::model {
+namespace tinyloop {
 
 struct HugeFree {
   void operator()(void* p) const;
@@ -25,4 +25,4 @@ using HugeBytes = std::unique_ptr<uint8_t[], HugeFree>;
 // std::bad_alloc when the memory is not there (a size whose rounding would wrap included).
 HugeBytes alloc_huge_pages(size_t bytes);
 
-}  // namespace tinyloop::model
+}  // namespace tinyloop
