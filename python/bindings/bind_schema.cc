@@ -2,10 +2,12 @@
 // (docs/model-format.md, "Adding a config field"): python/tinyloop/config.py and format.py
 // read these instead of keeping their own copies of the format.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <string>
 
 #include "tinyloop/config.h"
+#include "tinyloop/config_tensors.h"
 #include "tinyloop/container_format.h"
 
 namespace tinyloop::py_bind {
@@ -41,6 +43,21 @@ format_version_float, format_version_quant, and dtypes (name -> size, use
         R"doc(Parse and check a config as the loader does (JSON text in); returns it with every
 field filled, as a dict in the doc table's order. Raises ModelFormatError (a ValueError)
 naming the field: unknown, missing, wrong type, out of range, or a broken consistency rule.)doc");
+  m.def("expected_tensors",
+        [](const std::string& config_json) {
+          TensorShapeList list;
+          {
+            py::gil_scoped_release nogil;
+            list = expected_tensor_list(parse_config(config_json));
+          }
+          py::dict out;  // insertion-ordered: the documented tensor order
+          for (const auto& [name, shape] : list) out[py::str(name)] = py::tuple(py::cast(shape));
+          return out;
+        },
+        py::arg("config_json"),
+        R"doc(Every tensor a config (JSON text) needs -> its shape (a tuple), in the order of
+docs/model-format.md "Tensor names", as the loader expects them. Raises ModelFormatError
+for a config the loader refuses.)doc");
 }
 
 }  // namespace tinyloop::py_bind

@@ -109,80 +109,16 @@ def layer_prefixes(cfg: dict) -> dict[str, list[str]]:
     }
 
 
-def _add_norm(out: dict, c: dict, name: str) -> None:
-    out[f"{name}.weight"] = (c["dim"],)
-    if c["norm_bias"]:
-        out[f"{name}.bias"] = (c["dim"],)
-
-
-def _add_linear(out: dict, name: str, n_out: int, n_in: int, bias: bool) -> None:
-    out[f"{name}.weight"] = (n_out, n_in)
-    if bias:
-        out[f"{name}.bias"] = (n_out,)
-
-
-def _add_layer(out: dict, c: dict, p: str, value_embed: bool) -> None:
-    """The tensors of one transformer layer with name prefix `p` (e.g. 'loop.0.')."""
-    D, F, hd = c["dim"], c["ffn_dim"], c["head_dim"]
-    H, KVH = c["n_heads"], c["n_kv_heads"]
-    sandwich = c["norm_placement"] != "pre"
-    _add_norm(out, c, p + "attn_norm")
-    if sandwich:
-        _add_norm(out, c, p + "attn_post_norm")
-    _add_norm(out, c, p + "mlp_norm")
-    if sandwich:
-        _add_norm(out, c, p + "mlp_post_norm")
-    qb = c["attn_qkv_bias"]
-    if c["qkv_fused"]:
-        _add_linear(out, p + "attn.wqkv", (H + 2 * KVH) * hd, D, qb)
-    else:
-        _add_linear(out, p + "attn.wq", H * hd, D, qb)
-        _add_linear(out, p + "attn.wk", KVH * hd, D, qb)
-        _add_linear(out, p + "attn.wv", KVH * hd, D, qb)
-    _add_linear(out, p + "attn.wo", D, H * hd, c["attn_out_bias"])
-    if value_embed:
-        out[p + "attn.value_embed.weight"] = (c["vocab_size"], KVH * hd)
-        out[p + "attn.value_gate.weight"] = (KVH, VALUE_GATE_DIM)
-    mb = c["mlp_bias"]
-    if c["mlp"] == "swiglu":
-        _add_linear(out, p + "mlp.w_gate", F, D, mb)
-    _add_linear(out, p + "mlp.w_up", F, D, mb)
-    _add_linear(out, p + "mlp.w_down", D, F, mb)
-
-
 def expected_tensors(cfg: dict) -> dict[str, tuple]:
-    """Every tensor name the config needs -> its shape, per the doc's "Tensor names" table.
+    """Every tensor name the config needs -> its shape, per the doc's "Tensor names" table,
+    from the engine's own rules (src/io/config.cc, expected_tensor_list).
 
     Order: embed, pos_emb, inject, pre layers, loop layers, post layers, prelude_norm,
     loop_norm, post_loop_norm, post_loop_proj, final_norm, head, exit_gate (a stable order
-    the writer keeps within each element size).
+    the writer keeps within each element size). Raises ValueError naming the field for a
+    config the loader refuses.
     """
-    c = normalize_config(cfg)
-    D, V = c["dim"], c["vocab_size"]
-    out: dict[str, tuple] = {"embed.weight": (V, D)}
-    if c["pos_encoding"] == "learned":
-        out["pos_emb.weight"] = (c["max_seq_len"], D)
-    if c["inject"] == "linear_concat":
-        out["inject.weight"] = (D, 2 * D)  # no bias: the doc lists none for inject
-    prefixes = [p for group in layer_prefixes(c).values() for p in group]  # pre, loop, post
-    for i, p in enumerate(prefixes):
-        _add_layer(out, c, p, i in c["value_embed_layers"])
-    if c["prelude_norm"]:
-        _add_norm(out, c, "prelude_norm")
-    if c["loop_norm"]:
-        _add_norm(out, c, "loop_norm")
-    if c["post_loop_norm"] == "own":
-        _add_norm(out, c, "post_loop_norm")
-    if c["post_loop_proj"]:
-        out["post_loop_proj.weight"] = (D, D)  # no bias: Parcae's C has none
-    if c["final_norm"]:
-        _add_norm(out, c, "final_norm")
-    if not c["tie_embeddings"]:
-        out["head.weight"] = (V, D)
-    if c["exit_gate"]:
-        out["exit_gate.weight"] = (1, D)
-        out["exit_gate.bias"] = (1,)  # always present with the gate, whatever the bias flags
-    return out
+    return engine_module().expected_tensors(_to_json(cfg))
 
 
 def check_tensor_shapes(cfg: dict, shapes: dict[str, tuple]) -> None:

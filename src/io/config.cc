@@ -1,11 +1,13 @@
 // The model config of a .tinyloop file: parse, check, serialise, and derive the tensor list
 // (docs/model-format.md, "Config" and "Tensor names").
 #include "tinyloop/config.h"
+#include "tinyloop/config_tensors.h"
 
 #include <cmath>
 #include <cstddef>
 #include <limits>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -321,7 +323,15 @@ void check_consistency(const ModelConfig& c) {
 
 // ---- tensor names ----
 
-using ShapeMap = std::map<std::string, std::vector<int64_t>>;
+// Appends in the order the tensors are added (each name is added once), so the list keeps
+// the documented order: `m[name] = shape`.
+struct ShapeMap {
+  TensorShapeList items;
+  std::vector<int64_t>& operator[](const std::string& name) {
+    items.emplace_back(name, std::vector<int64_t>{});
+    return items.back().second;
+  }
+};
 
 void add_norm(ShapeMap& m, const ModelConfig& c, const std::string& name) {
   m[name + ".weight"] = {c.dim};
@@ -408,7 +418,7 @@ std::string config_to_json(const ModelConfig& c) {
   return j.dump();
 }
 
-std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelConfig& c) {
+TensorShapeList expected_tensor_list(const ModelConfig& c) {
   ShapeMap m;
   m["embed.weight"] = {c.vocab_size, c.dim};
   if (c.pos_encoding == PosEncoding::Learned) m["pos_emb.weight"] = {c.max_seq_len, c.dim};
@@ -427,7 +437,12 @@ std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelCo
     m["exit_gate.weight"] = {1, c.dim};
     m["exit_gate.bias"] = {1};
   }
-  return m;
+  return std::move(m.items);
+}
+
+std::map<std::string, std::vector<int64_t>> expected_tensor_shapes(const ModelConfig& c) {
+  const TensorShapeList list = expected_tensor_list(c);
+  return {list.begin(), list.end()};
 }
 
 }  // namespace tinyloop

@@ -1,5 +1,8 @@
 // parse_config / config_to_json / expected_tensor_shapes against docs/model-format.md.
 #include "tinyloop/config.h"
+#include "tinyloop/config_tensors.h"
+
+#include <algorithm>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -398,6 +401,36 @@ TEST(ExpectedShapes, PostLoopNormFinalReusesFinalNormAndNoFinalNorm) {
   c.final_norm = false;
   m = expected_tensor_shapes(c);
   EXPECT_FALSE(m.count("final_norm.weight"));
+}
+
+// The list is the documented order (docs/model-format.md, "Tensor names"), each name once,
+// and the map is the same content.
+TEST(ExpectedShapes, ListKeepsTheDocumentedOrder) {
+  ModelConfig c = base();
+  c.n_pre_blocks = 1;
+  c.n_post_blocks = 1;
+  c.norm_type = NormType::LayerNorm;
+  c.norm_bias = true;
+  c.prelude_norm = true;
+  c.exit_gate = true;
+  const TensorShapeList list = expected_tensor_list(c);
+  std::vector<std::string> names;
+  for (const auto& [name, shape] : list) names.push_back(name);
+  const auto pos = [&](const std::string& n) {
+    const auto it = std::find(names.begin(), names.end(), n);
+    EXPECT_NE(it, names.end()) << n;
+    return it - names.begin();
+  };
+  EXPECT_EQ(pos("embed.weight"), 0);
+  EXPECT_LT(pos("pre.0.mlp.w_down.weight"), pos("loop.0.attn_norm.weight"));
+  EXPECT_LT(pos("loop.0.attn_norm.weight"), pos("loop.0.attn_norm.bias"));  // weight, then bias
+  EXPECT_LT(pos("loop.0.attn.wo.weight"), pos("loop.0.mlp.w_gate.weight"));
+  EXPECT_LT(pos("post.0.mlp.w_down.weight"), pos("prelude_norm.weight"));
+  EXPECT_LT(pos("final_norm.bias"), pos("head.weight"));
+  EXPECT_EQ(names.back(), "exit_gate.bias");
+  const auto map = expected_tensor_shapes(c);
+  EXPECT_EQ(map.size(), list.size());  // no name twice
+  for (const auto& [name, shape] : list) EXPECT_EQ(map.at(name), shape) << name;
 }
 
 }  // namespace
