@@ -17,6 +17,15 @@ void check_loops(int64_t v, const char* name) {
   if (v < 1) throw std::invalid_argument(std::string(name) + " must be >= 1, got " + std::to_string(v));
 }
 
+// 1 <= shallow_loops <= deep_loops, the pair both uncertainty scores compare.
+void check_shallow_deep(int64_t shallow_loops, int64_t deep_loops) {
+  check_loops(shallow_loops, "shallow_loops");
+  check_loops(deep_loops, "deep_loops");
+  if (deep_loops < shallow_loops)
+    throw std::invalid_argument("deep_loops must be >= shallow_loops (" + std::to_string(shallow_loops) +
+                                "), got " + std::to_string(deep_loops));
+}
+
 // The prompt checks of Engine::score, and a float32 cache with slots for `loops` iterations
 // (float32 K/V: nothing is kept, so nothing is rounded, exactly as score() does).
 std::unique_ptr<model::KvCache> scoring_cache(const Engine& e, const std::vector<int32_t>& ids,
@@ -79,11 +88,7 @@ Trajectory score_trajectory(const Engine& e, const std::vector<int32_t>& ids,
 
 Uncertainty score_with_uncertainty(const Engine& e, const std::vector<int32_t>& ids,
                                    int64_t shallow_loops, int64_t deep_loops) {
-  check_loops(shallow_loops, "shallow_loops");
-  check_loops(deep_loops, "deep_loops");
-  if (deep_loops < shallow_loops)
-    throw std::invalid_argument("deep_loops must be >= shallow_loops (" + std::to_string(shallow_loops) +
-                                "), got " + std::to_string(deep_loops));
+  check_shallow_deep(shallow_loops, deep_loops);
   auto kv = scoring_cache(e, ids, deep_loops);
   const auto T = static_cast<int64_t>(ids.size());
   const int64_t V = e.config().vocab_size;
@@ -113,11 +118,7 @@ Uncertainty score_with_uncertainty(const Engine& e, const std::vector<int32_t>& 
 Consistency score_with_consistency(const Engine& e, const std::vector<int32_t>& ids,
                                    int64_t shallow_loops, int64_t deep_loops,
                                    std::optional<int64_t> escalate_loops) {
-  check_loops(shallow_loops, "shallow_loops");
-  check_loops(deep_loops, "deep_loops");
-  if (deep_loops < shallow_loops)
-    throw std::invalid_argument("deep_loops must be >= shallow_loops (" + std::to_string(shallow_loops) +
-                                "), got " + std::to_string(deep_loops));
+  check_shallow_deep(shallow_loops, deep_loops);
   const int64_t esc = escalate_loops.value_or(2 * deep_loops);
   if (esc < deep_loops)
     throw std::invalid_argument("escalate_loops must be >= deep_loops (" + std::to_string(deep_loops) +
