@@ -39,9 +39,14 @@ void pack_bf16dot(const WeightView& w, uint32_t* out) {
 }
 
 namespace ref {
+namespace {
 
-// x [T, K], w.bf16dot [P, K2, 64], bias [N] or null, y [T, N].
-void matmul_bf16dot(const float* x, int64_t T, const WeightView& w, const float* bias, float* y) {
+// What both references share: x [T, K] rounded and paired one row at a time, each 64-column
+// panel of w.bf16dot [P, K2, 64] given to panel_dot(xp [K2], panel [K2, 64], K2, acc [64]),
+// which adds the row's dot products into acc (zeroed), then the bias; y [T, N].
+template <typename PanelDot>
+void matmul_bf16dot_by_panel(const float* x, int64_t T, const WeightView& w, const float* bias, float* y,
+                             PanelDot panel_dot) {
   if (!w.bf16dot) throw std::invalid_argument("matmul_bf16dot: the weight view has no bf16 copy");
   const int64_t N = w.rows, K = w.cols, K2 = (K + 1) / 2;
   if (T <= 0 || N <= 0) return;
@@ -52,55 +57,54 @@ void matmul_bf16dot(const float* x, int64_t T, const WeightView& w, const float*
     for (int64_t n0 = 0; n0 < N; n0 += C) {
       const uint32_t* panel = w.bf16dot + n0 / C * K2 * C;  // [K2, C]
       float acc[C] = {};
-      for (int64_t i = 0; i < K2; ++i) {
-        const float xe = detail::bf16_to_float(uint16_t(xp[size_t(i)]));
-        const float xo = detail::bf16_to_float(uint16_t(xp[size_t(i)] >> 16));
-        const uint32_t* wp = panel + i * C;  // [C] pairs of step i
-#pragma omp simd
-        for (int64_t c = 0; c < C; ++c) {
-          const float we = detail::bf16_to_float(uint16_t(wp[c]));
-          const float wo = detail::bf16_to_float(uint16_t(wp[c] >> 16));
-          acc[c] = acc[c] + xo * wo;
-          acc[c] = acc[c] + xe * we;
-        }
-      }
+      panel_dot(xp.data(), panel, K2, acc);
       float* yr = y + t * N + n0;  // [min(C, N - n0)]
       for (int64_t c = 0; c < C && n0 + c < N; ++c) yr[c] = bias ? acc[c] + bias[n0 + c] : acc[c];
     }
   }
 }
 
+}  // namespace
+
+// x [T, K], w.bf16dot [P, K2, 64], bias [N] or null, y [T, N].
+void matmul_bf16dot(const float* x, int64_t T, const WeightView& w, const float* bias, float* y) {
+  constexpr int64_t C = kBf16DotPanel;
+  matmul_bf16dot_by_panel(x, T, w, bias, y, [](const uint32_t* xp, const uint32_t* panel, int64_t K2, float* acc) {
+    for (int64_t i = 0; i < K2; ++i) {
+      const float xe = detail::bf16_to_float(uint16_t(xp[i]));
+      const float xo = detail::bf16_to_float(uint16_t(xp[i] >> 16));
+      const uint32_t* wp = panel + i * C;  // [C] pairs of step i
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) {
+        const float we = detail::bf16_to_float(uint16_t(wp[c]));
+        const float wo = detail::bf16_to_float(uint16_t(wp[c] >> 16));
+        acc[c] = acc[c] + xo * wo;
+        acc[c] = acc[c] + xe * we;
+      }
+    }
+  });
+}
+
 // x [T, K], w.bf16dot [P, K2, 64], bias [N] or null, y [T, N]. The AMX chain (header).
 void matmul_bf16dot_amx(const float* x, int64_t T, const WeightView& w, const float* bias, float* y) {
-  if (!w.bf16dot) throw std::invalid_argument("matmul_bf16dot: the weight view has no bf16 copy");
-  const int64_t N = w.rows, K = w.cols, K2 = (K + 1) / 2;
-  if (T <= 0 || N <= 0) return;
   constexpr int64_t C = kBf16DotPanel, B = kBf16DotAmxPairs;
-  std::vector<uint32_t> xp(size_t(K2 > 0 ? K2 : 1));  // [K2] one row of x, rounded and paired
-  for (int64_t t = 0; t < T; ++t) {
-    round_rows_bf16dot(x + t * K, 1, K, xp.data());
-    for (int64_t n0 = 0; n0 < N; n0 += C) {
-      const uint32_t* panel = w.bf16dot + n0 / C * K2 * C;  // [K2, C]
-      float acc[C] = {};
-      for (int64_t i0 = 0; i0 < K2; i0 += B) {
-        float e[C] = {}, o[C] = {};  // the even and the odd chain of one 16-pair block
-        for (int64_t i = i0; i < std::min(i0 + B, K2); ++i) {
-          const float xe = detail::bf16_to_float(uint16_t(xp[size_t(i)]));
-          const float xo = detail::bf16_to_float(uint16_t(xp[size_t(i)] >> 16));
-          const uint32_t* wp = panel + i * C;  // [C] pairs of step i
+  matmul_bf16dot_by_panel(x, T, w, bias, y, [](const uint32_t* xp, const uint32_t* panel, int64_t K2, float* acc) {
+    for (int64_t i0 = 0; i0 < K2; i0 += B) {
+      float e[C] = {}, o[C] = {};  // the even and the odd chain of one 16-pair block
+      for (int64_t i = i0; i < std::min(i0 + B, K2); ++i) {
+        const float xe = detail::bf16_to_float(uint16_t(xp[i]));
+        const float xo = detail::bf16_to_float(uint16_t(xp[i] >> 16));
+        const uint32_t* wp = panel + i * C;  // [C] pairs of step i
 #pragma omp simd
-          for (int64_t c = 0; c < C; ++c) {
-            e[c] = e[c] + xe * detail::bf16_to_float(uint16_t(wp[c]));
-            o[c] = o[c] + xo * detail::bf16_to_float(uint16_t(wp[c] >> 16));
-          }
+        for (int64_t c = 0; c < C; ++c) {
+          e[c] = e[c] + xe * detail::bf16_to_float(uint16_t(wp[c]));
+          o[c] = o[c] + xo * detail::bf16_to_float(uint16_t(wp[c] >> 16));
         }
-#pragma omp simd
-        for (int64_t c = 0; c < C; ++c) acc[c] = acc[c] + (e[c] + o[c]);
       }
-      float* yr = y + t * N + n0;  // [min(C, N - n0)]
-      for (int64_t c = 0; c < C && n0 + c < N; ++c) yr[c] = bias ? acc[c] + bias[n0 + c] : acc[c];
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) acc[c] = acc[c] + (e[c] + o[c]);
     }
-  }
+  });
 }
 
 }  // namespace ref
