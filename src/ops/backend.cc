@@ -90,7 +90,11 @@ void configure_backend(const BackendSettings& s) {
   apply(s, "disabled by set_amx_enabled(false)");
 }
 
-void set_force_scalar(bool on) { configure_backend(BackendSettings{.force_scalar = on}); }
+void set_force_scalar(bool on) {
+  BackendSettings s;
+  s.force_scalar = on;
+  configure_backend(s);
+}
 
 bool force_scalar() {
   int v = g_force_scalar.load(std::memory_order_relaxed);

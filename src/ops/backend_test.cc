@@ -26,6 +26,18 @@ struct ScopedEnv {
   ~ScopedEnv() { unsetenv(name); }
 };
 
+BackendSettings threads(int n) {
+  BackendSettings s;
+  s.num_threads = n;
+  return s;
+}
+
+BackendSettings scalar(bool on) {
+  BackendSettings s;
+  s.force_scalar = on;
+  return s;
+}
+
 TEST(Backend, EnvironmentGivesTheSettings) {
   EXPECT_FALSE(backend_settings_from_env().num_threads.has_value());
   {
@@ -46,23 +58,23 @@ TEST(Backend, EnvironmentGivesTheSettings) {
 }
 
 TEST(Backend, ThreadsDefaultToTheEnvironmentThenTheCores) {
-  configure_backend({.num_threads = 2});
+  configure_backend(threads(2));
   EXPECT_EQ(num_threads(), 2);
   EXPECT_EQ(backend_info().num_threads, 2);
   {
     ScopedEnv a("TINYLOOP_NUM_THREADS", "3");
-    configure_backend({.num_threads = 0});  // < 1: the default, which reads the env again
+    configure_backend(threads(0));  // < 1: the default, which reads the env again
     EXPECT_EQ(num_threads(), 3);
   }
-  configure_backend({.num_threads = 0});
+  configure_backend(threads(0));
   const unsigned hw = std::thread::hardware_concurrency();
   EXPECT_EQ(num_threads(), hw > 0 ? int(hw) : 1);
 }
 
 TEST(Backend, ForceScalarIsReportedAndLeavesOtherSettingsAlone) {
   const bool was = force_scalar();  // the suite also runs whole under TINYLOOP_FORCE_SCALAR=1
-  configure_backend({.num_threads = 2});
-  configure_backend({.force_scalar = true});
+  configure_backend(threads(2));
+  configure_backend(scalar(true));
   EXPECT_TRUE(force_scalar());
   EXPECT_TRUE(backend_info().force_scalar);
   EXPECT_EQ(num_threads(), 2);
@@ -73,7 +85,8 @@ TEST(Backend, ForceScalarIsReportedAndLeavesOtherSettingsAlone) {
   ASSERT_FALSE(i.compiled_targets.empty());
   EXPECT_FALSE(i.q8_kernel.empty());
   EXPECT_EQ(i.amx, i.amx_reason.empty());
-  configure_backend({.num_threads = 0, .force_scalar = was});
+  configure_backend(threads(0));
+  configure_backend(scalar(was));
 }
 
 // Odd sizes: a partial 64-column panel and an odd K.

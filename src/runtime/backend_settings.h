@@ -11,10 +11,14 @@ using BackendSettings = ops::BackendSettings;
 
 // Threads the kernels use (the calling thread included); n < 1 restores the default (env
 // TINYLOOP_NUM_THREADS, else the hardware concurrency).
-inline void set_num_threads(int n) { ops::configure_backend({.num_threads = n}); }
+inline void set_num_threads(int n) {
+  BackendSettings s;
+  s.num_threads = n;
+  ops::configure_backend(s);
+}
 inline int num_threads() { return ops::num_threads(); }
 // true: the scalar reference kernels instead of the SIMD ones (default env TINYLOOP_FORCE_SCALAR=1).
-inline void set_force_scalar(bool on) { ops::configure_backend({.force_scalar = on}); }
+inline void set_force_scalar(bool on) { ops::set_force_scalar(on); }
 inline void configure_backend(const BackendSettings& s) { ops::configure_backend(s); }
 inline BackendInfo backend_info() { return ops::backend_info(); }
 
