@@ -18,7 +18,11 @@ inline void set_num_threads(int n) {
 }
 inline int num_threads() { return ops::num_threads(); }
 // true: the scalar reference kernels instead of the SIMD ones (default env TINYLOOP_FORCE_SCALAR=1).
-inline void set_force_scalar(bool on) { ops::set_force_scalar(on); }
+inline void set_force_scalar(bool on) {
+  BackendSettings s;
+  s.force_scalar = on;
+  ops::configure_backend(s);
+}
 inline void configure_backend(const BackendSettings& s) { ops::configure_backend(s); }
 inline BackendInfo backend_info() { return ops::backend_info(); }
 
