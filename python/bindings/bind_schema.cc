@@ -9,6 +9,7 @@
 #include "tinyloop/config.h"
 #include "tinyloop/config_tensors.h"
 #include "tinyloop/container_format.h"
+#include "tinyloop/model_file.h"
 
 namespace tinyloop::py_bind {
 namespace py = pybind11;
@@ -58,6 +59,20 @@ naming the field: unknown, missing, wrong type, out of range, or a broken consis
         R"doc(Every tensor a config (JSON text) needs -> its shape (a tuple), in the order of
 docs/model-format.md "Tensor names", as the loader expects them. Raises ModelFormatError
 for a config the loader refuses.)doc");
+  m.def("check_model_file",
+        [](const std::string& path) {
+          std::string config;
+          {
+            py::gil_scoped_release nogil;
+            config = config_to_json(ModelFile::open(path)->config());
+          }
+          return json_loads(config);
+        },
+        py::arg("path"),
+        R"doc(Validate a .tinyloop file exactly as Model() does when it loads one (the container, the
+config, every tensor against the config; docs/model-format.md "The loader checks") without
+building a model. Returns the config with every field filled, as a dict. Raises
+ModelFormatError (a ValueError) naming the problem, FileNotFoundError for a missing path.)doc");
 }
 
 }  // namespace tinyloop::py_bind

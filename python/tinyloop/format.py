@@ -231,122 +231,22 @@ def _read_bytes(path: str) -> bytes:
     if not os.path.isfile(path):
         raise ValueError(f"{path}: no such model file")
     with open(path, "rb") as f:
-        blob = f.read()
-    if len(blob) <= _container()["header_len_bytes"]:
-        raise ValueError(f"{path}: truncated: {len(blob)} bytes, not even a header length")
-    return blob
+        return f.read()
 
 
-def _no_duplicate_keys(pairs: list) -> dict:
-    """json object_pairs_hook: a key twice in one object is refused (json.loads would keep
-    the last silently; the engine refuses such a file too)."""
-    out = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"the key {k!r} appears twice in one JSON object")
-        out[k] = v
-    return out
-
-
-def _parse_header(path: str, blob: bytes) -> tuple[dict, int]:
-    """(header object, data section offset)."""
-    (n,) = struct.unpack_from("<Q", blob, 0)  # the u64 header length
+def _header(blob: bytes) -> tuple[dict, int]:
+    """(header object, data section offset) of a file the engine has validated."""
     start = _container()["header_len_bytes"]
-    if start + n > len(blob):
-        raise ValueError(f"{path}: header length {n} runs past the end of the file "
-                         f"({len(blob)} bytes; truncated?)")
-    try:
-        header = json.loads(blob[start:start + n].decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: bad header: not valid JSON ({e})") from None
-    except ValueError as e:  # a duplicate key
-        raise ValueError(f"{path}: bad header: {e}") from None
-    if not isinstance(header, dict):
-        raise ValueError(f"{path}: bad header: expected a JSON object")
-    return header, start + n
-
-
-def _check_entry(path: str, name: str, entry, data_len: int) -> tuple[str, tuple, int, int]:
-    """One tensor's (dtype, shape, begin, end), after the per-tensor checks."""
-    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
-        raise ValueError(f"{path}: tensor '{name}': bad header entry {entry!r}")
-    dtype, shape, offs = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if _dtype_size(dtype) is None:
-        raise ValueError(f"{path}: tensor '{name}': unknown dtype {dtype!r}")
-    ints = lambda xs: isinstance(xs, list) and all(  # noqa: E731
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in xs)
-    if not ints(shape):
-        raise ValueError(f"{path}: tensor '{name}': bad shape {shape!r}")
-    if not ints(offs) or len(offs) != 2 or offs[0] > offs[1]:
-        raise ValueError(f"{path}: tensor '{name}': bad data_offsets {offs!r}")
-    nbytes = int(np.prod(shape, dtype=np.int64)) * _dtype_size(dtype)
-    if offs[1] - offs[0] != nbytes:
-        raise ValueError(f"{path}: tensor '{name}': shape {shape} {dtype} is {nbytes} bytes "
-                         f"but data_offsets {offs} span {offs[1] - offs[0]}")
-    if offs[1] > data_len:
-        raise ValueError(f"{path}: tensor '{name}': data_offsets {offs} run past the end of "
-                         f"the file (data section is {data_len} bytes; truncated?)")
-    return dtype, tuple(shape), offs[0], offs[1]
-
-
-def _check_coverage(path: str, spans: dict, data_len: int) -> None:
-    """Tensors neither overlap nor leave holes, and they cover the whole data section."""
-    pos, prev = 0, None
-    for name, (begin, end) in sorted(spans.items(), key=lambda kv: (kv[1][0], kv[1][1])):
-        if begin < pos:
-            raise ValueError(f"{path}: tensor '{name}' overlaps tensor '{prev}'")
-        if begin > pos:
-            raise ValueError(f"{path}: hole of {begin - pos} bytes in the data section "
-                             f"before tensor '{name}'")
-        pos, prev = end, name
-    if pos != data_len:
-        raise ValueError(f"{path}: {data_len - pos} bytes after the last tensor are not "
-                         f"covered by any tensor")
-
-
-def _check_metadata(path: str, meta) -> dict:
-    """The normalized config, after checking `format` and `format_version` ("1" or "2")."""
-    if not isinstance(meta, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
-        raise ValueError(f"{path}: bad header: __metadata__ must map strings to strings")
-    c = _container()
-    if meta.get("format") != c["format_name"]:
-        raise ValueError(f"{path}: metadata 'format' is {meta.get('format')!r}, "
-                         f"expected {c['format_name']!r}")
-    if meta.get("format_version") not in c["format_versions"]:
-        raise ValueError(f"{path}: unsupported format_version {meta.get('format_version')!r} "
-                         f"(this reader knows {', '.join(c['format_versions'])})")
-    if "config" not in meta:
-        raise ValueError(f"{path}: metadata 'config' is missing")
-    try:
-        cfg = json.loads(meta["config"], object_pairs_hook=_no_duplicate_keys)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: metadata 'config' is not valid JSON ({e})") from None
-    except ValueError as e:  # a duplicate key
-        raise ValueError(f"{path}: metadata 'config': {e}") from None
-    try:
-        return normalize_config(cfg)
-    except ValueError as e:
-        raise ValueError(f"{path}: {e}") from None
-
-
-def _check_dtype(path: str, name: str, dtype: str, ndim: int, version: str) -> None:
-    if dtype in _dtypes_for("quantized"):
-        if version == _container()["format_version_float"]:
-            raise ValueError(f"{path}: tensor '{name}': dtype {dtype} (quantized weights) "
-                             f"needs format_version 2, the file says 1")
-        return  # checked with its companions by _check_quantized
-    if dtype not in _dtypes_for("float"):
-        raise ValueError(f"{path}: tensor '{name}': unsupported dtype {dtype}")
-    if ndim != 2 and dtype != "F32":
-        raise ValueError(f"{path}: tensor '{name}': norms and biases must be F32, got {dtype}")
+    (n,) = struct.unpack_from("<Q", blob, 0)  # the u64 header length
+    return json.loads(blob[start:start + n].decode("utf-8")), start + n
 
 
 def _check_quantized(path: str, dtypes: dict, shapes: dict) -> None:
-    """Quantized weights and their companions (docs/model-format.md, version 2): I8/U8 only
-    on quantizable weights; `.scales` (and `.offsets` for U8) present, F16 or F32 (the
-    same dtype), shaped [N, K/G] with G dividing K (and even for int4); no companion
-    without its quantized weight. Errors name the tensor."""
+    """write_model's check of the arrays before it writes them (read_model leaves reading to
+    the engine's loader). Quantized weights and their companions (docs/model-format.md,
+    version 2): I8/U8 only on quantizable weights; `.scales` (and `.offsets` for U8) present,
+    F16 or F32 (the same dtype), shaped [N, K/G] with G dividing K (and even for int4); no
+    companion without its quantized weight. Errors name the tensor."""
     for name, dtype in dtypes.items():
         if dtype not in _dtypes_for("quantized"):
             continue
@@ -409,28 +309,18 @@ def _decode(blob: bytes, start: int, dtype: str, shape: tuple) -> np.ndarray:
 
 
 def read_model(path) -> ModelContents:
-    """Load and validate a `.tinyloop` file; raises ValueError naming the problem."""
+    """Load a `.tinyloop` file, validated by the engine's own loader (tinyloop_py.
+    check_model_file: the checks of Model(), docs/model-format.md "The loader checks"), so
+    Python accepts exactly the files the engine does. Raises ValueError naming the problem."""
     path = os.fspath(path)
     blob = _read_bytes(path)
-    header, data_start = _parse_header(path, blob)
-    data_len = len(blob) - data_start
-    meta = header.pop(_container()["metadata_key"], None)
-    if meta is None:
-        raise ValueError(f"{path}: bad header: no __metadata__ (not a tinyloop file)")
-    parsed = {name: _check_entry(path, name, e, data_len) for name, e in header.items()}
-    _check_coverage(path, {n: (p[2], p[3]) for n, p in parsed.items()}, data_len)
-    cfg = _check_metadata(path, meta)
-    for name, (dtype, shape, _, _) in parsed.items():
-        _check_dtype(path, name, dtype, len(shape), meta["format_version"])
-    _check_quantized(path, {n: p[0] for n, p in parsed.items()},
-                     {n: p[1] for n, p in parsed.items()})
-    try:
-        check_tensor_shapes(cfg, logical_shapes({n: p[1] for n, p in parsed.items()}))
-    except ValueError as e:
-        raise ValueError(f"{path}: {e}") from None
+    cfg = engine_module().check_model_file(path)
+    header, data_start = _header(blob)
+    meta = header.pop(_container()["metadata_key"])
+    parsed = {n: (e["dtype"], tuple(e["shape"]), *e["data_offsets"]) for n, e in header.items()}
     tensors = {n: _decode(blob, data_start + p[2], p[0], p[1]) for n, p in parsed.items()}
     return ModelContents(
         config=cfg, tensors=tensors, dtypes={n: p[0] for n, p in parsed.items()},
-        metadata=dict(meta), tokenizer_json=meta.get("tokenizer"),
-        chat_template=meta.get("chat_template"), data_offset=data_start,
-        offsets={n: (p[2], p[3]) for n, p in parsed.items()})
+        metadata=dict(meta), tokenizer_json=meta.get(_container()["metadata_keys"]["tokenizer"]),
+        chat_template=meta.get(_container()["metadata_keys"]["chat_template"]),
+        data_offset=data_start, offsets={n: (p[2], p[3]) for n, p in parsed.items()})

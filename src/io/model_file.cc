@@ -115,7 +115,7 @@ uint64_t read_u64_le(const uint8_t* p) {
 
 void check_min_size(uint64_t size, const std::string& path) {
   if (size <= kHeaderLenBytes)
-    fail(path, "file is " + std::to_string(size) + " bytes, too short for a header (needs more than 8)");
+    fail(path, "file is " + std::to_string(size) + " bytes, too short for a header (needs more than 8; truncated?)");
 }
 
 // Length of the JSON header, checked to fit in the file after the 8-byte prefix.
@@ -176,7 +176,7 @@ const std::string& required_key(const std::map<std::string, std::string>& md, co
 void check_format(const std::map<std::string, std::string>& md, const std::string& path) {
   const std::string& format = required_key(md, kMetaFormat, path);
   if (format != kFormatName)
-    fail(path, "__metadata__ format is " + quoted(format) + ", expected " + quoted(kFormatName));
+    fail(path, "__metadata__ " + quoted(kMetaFormat) + " is " + quoted(format) + ", expected " + quoted(kFormatName));
   const std::string& version = required_key(md, kMetaFormatVersion, path);
   std::string known;
   for (const char* v : kFormatVersions) {
@@ -191,7 +191,8 @@ ModelConfig read_config(const std::map<std::string, std::string>& md, const std:
   try {
     return parse_config(text);
   } catch (const FormatError& e) {
-    fail(path, e.what());  // parse_config's message already says "config: <field> ..."
+    // parse_config's message says "config: <field> ..."; the prefix names where the text was.
+    fail(path, "__metadata__ " + quoted(kMetaConfig) + ": " + e.what());
   }
 }
 
@@ -284,7 +285,8 @@ Entry read_entry(const std::string& name, const json& v, uint64_t data_size, con
                                 "] end before they begin");
   if (e.end > data_size)
     fail_tensor(path, name, "data_offsets end " + std::to_string(e.end) +
-                                " beyond the file (data section is " + std::to_string(data_size) + " bytes)");
+                                " beyond the file: past the end of the data section (" +
+                                std::to_string(data_size) + " bytes; truncated?)");
   if (e.end - e.begin != e.info.nbytes)
     fail_tensor(path, name, "shape " + shape_str(e.info.shape) + " of " + dt.name + " is " +
                                 std::to_string(e.info.nbytes) + " bytes but data_offsets span " +
@@ -303,16 +305,16 @@ void check_tiling(std::vector<const Entry*> entries, uint64_t data_size, const s
   const Entry* prev = nullptr;
   for (const Entry* e : entries) {
     if (e->begin < covered)
-      fail(path, "tensors " + quoted(prev->info.name) + " and " + quoted(e->info.name) + " overlap");
+      fail(path, "tensor " + quoted(e->info.name) + " overlaps tensor " + quoted(prev->info.name));
     if (e->begin > covered)
       fail(path, "hole in the data section: bytes [" + std::to_string(covered) + ", " +
-                     std::to_string(e->begin) + ") belong to no tensor");
+                     std::to_string(e->begin) + ") belong to no tensor (before tensor " + quoted(e->info.name) + ")");
     covered = e->end;
     prev = e;
   }
   if (covered != data_size)
     fail(path, "hole in the data section: bytes [" + std::to_string(covered) + ", " +
-                   std::to_string(data_size) + ") at its end belong to no tensor");
+                   std::to_string(data_size) + ") at its end are not covered by any tensor");
 }
 
 uint64_t element_size(StoredDType t) { return dtype_info(t).size; }
@@ -350,16 +352,11 @@ bool quantizable(const std::string& name) {
   return false;
 }
 
+// Other float weights may be F32, F16 or BF16; quantized ones are checked by check_quantized
+// and dtypes no model uses were refused up front (check_against_config).
 void check_dtype(const TensorInfo& t, const std::string& path) {
-  if (must_be_f32(t.name)) {
-    if (t.dtype != StoredDType::F32)
-      fail_tensor(path, t.name, "dtype " + t.dtype_name + " not supported: norms and biases must be F32");
-    return;
-  }
-  if (dtype_info(t.dtype).use != DTypeUse::Float)
-    fail_tensor(path, t.name, "dtype " + t.dtype_name +
-                                  " not supported (weights are F32, F16 or BF16, or I8 / U8 with "
-                                  "scales under format version 2)");
+  if (must_be_f32(t.name) && t.dtype != StoredDType::F32)
+    fail_tensor(path, t.name, "dtype " + t.dtype_name + " not supported: norms and biases must be F32");
 }
 
 // A quantized weight `name` (expected logical shape [N, K]) and its companions: the stored
@@ -377,34 +374,34 @@ void check_quantized(const TensorInfo& t, const std::vector<int64_t>& shape,
   if (t.shape != stored)
     fail_tensor(path, t.name, "wrong shape: expected " + shape_str(stored) + (u4 ? " (int4: [out, in / 2])" : "") +
                                   ", found " + shape_str(t.shape));
-  const TensorInfo* scales = nullptr;
+  if (!u4 && tensors.count(t.name + ".offsets"))
+    fail_tensor(path, t.name + ".offsets", "leftover: an I8 (int8) weight has no offsets");
+  // The companions: present with a scale dtype; for int4 the offsets match the scales in
+  // dtype and shape; then the groups.
+  std::vector<const TensorInfo*> companions;
   for (const char* suffix : {".scales", ".offsets"}) {
-    if (!u4 && std::string(suffix) == ".offsets") {
-      if (tensors.count(t.name + suffix))
-        fail_tensor(path, t.name + suffix, "left over: an I8 (int8) weight has no offsets");
-      break;
-    }
+    if (!u4 && std::string(suffix) == ".offsets") break;
     const std::string cname = t.name + suffix;
     const auto it = tensors.find(cname);
     if (it == tensors.end()) fail_tensor(path, cname, "missing (the " + t.dtype_name + " weight needs it)");
-    const TensorInfo& c = it->second;
-    if (!dtype_info(c.dtype).scale)
-      fail_tensor(path, cname, "dtype " + c.dtype_name + " not supported: scales and offsets are F16 or F32");
-    if (!scales) {
-      if (c.shape.size() != 2 || c.shape[0] != N || c.shape[1] <= 0 || K % c.shape[1] != 0)
-        fail_tensor(path, cname, "wrong shape " + shape_str(c.shape) + ": expected [" + std::to_string(N) +
-                                     ", K / G] with the group size G dividing K = " + std::to_string(K));
-      if (u4 && (K / c.shape[1]) % 2 != 0)
-        fail_tensor(path, cname, "group size " + std::to_string(K / c.shape[1]) +
-                                     " is odd (int4 packs two columns a byte, so it must be even)");
-      scales = &c;
-    } else {
-      if (c.dtype != scales->dtype)
-        fail_tensor(path, cname, "dtype " + c.dtype_name + " differs from the scales' " + scales->dtype_name);
-      if (c.shape != scales->shape)
-        fail_tensor(path, cname, "shape " + shape_str(c.shape) + " differs from the scales' " + shape_str(scales->shape));
-    }
+    if (!dtype_info(it->second.dtype).scale)
+      fail_tensor(path, cname, "dtype " + it->second.dtype_name + " not supported: scales and offsets are F16 or F32");
+    companions.push_back(&it->second);
   }
+  const TensorInfo& scales = *companions[0];
+  const TensorInfo* offsets = u4 ? companions[1] : nullptr;
+  if (offsets && offsets->dtype != scales.dtype)
+    fail_tensor(path, offsets->name, "dtype " + offsets->dtype_name + " differs from the scales' " +
+                                         scales.dtype_name + " (they must match)");
+  if (scales.shape.size() != 2 || scales.shape[0] != N || scales.shape[1] <= 0 || K % scales.shape[1] != 0)
+    fail_tensor(path, scales.name, "wrong shape " + shape_str(scales.shape) + ": expected [" + std::to_string(N) +
+                                       ", K/G] with the group size G dividing K = " + std::to_string(K));
+  if (offsets && offsets->shape != scales.shape)
+    fail_tensor(path, offsets->name, "shape " + shape_str(offsets->shape) + " differs from the scales' " +
+                                         shape_str(scales.shape) + " (they must match)");
+  if (u4 && (K / scales.shape[1]) % 2 != 0)
+    fail_tensor(path, scales.name, "group size " + std::to_string(K / scales.shape[1]) +
+                                       " is odd (int4 packs two columns a byte, so it must be even)");
 }
 
 // The companion's weight when `name` is "<weight>.scales" / "<weight>.offsets", else "".
@@ -425,6 +422,12 @@ void check_layer_count(const ModelConfig& c, size_t n_tensors, const std::string
 
 void check_against_config(const ModelConfig& c, const std::map<std::string, TensorInfo>& tensors,
                           const std::string& version, const std::string& path) {
+  // Before matching names, so a tensor of a dtype no model uses is refused as that even when
+  // the config has no place for it.
+  for (const auto& [name, info] : tensors)
+    if (dtype_info(info.dtype).use == DTypeUse::Unsupported)
+      fail_tensor(path, name, "unsupported dtype " + info.dtype_name +
+                                  " (weights are F32, F16 or BF16, or I8 / U8 with scales under format version 2)");
   if (version == kFormatVersionFloat)
     for (const auto& [name, info] : tensors)
       if (is_quant_dtype(info.dtype))
@@ -451,7 +454,7 @@ void check_against_config(const ModelConfig& c, const std::map<std::string, Tens
     const std::string base = companion_base(name);
     const auto w = base.empty() ? tensors.end() : tensors.find(base);
     if (w != tensors.end() && expected.count(base) && is_quant_dtype(w->second.dtype)) continue;
-    fail_tensor(path, name, "left over: not used by the config");
+    fail_tensor(path, name, "leftover: not used by the config");
   }
 }
 

@@ -96,7 +96,7 @@ TEST(ModelFileQuant, CompanionDtypes) {
 TEST(ModelFileQuant, CompanionShapesAndGroups) {
   auto ts = quantized_tensors(tiny_config(), "I8", 4);
   find(ts, kW + ".scales").shape = {8, 3};  // 3 does not divide K = 8
-  EXPECT_THAT(error_of(ts), HasSubstr("'" + kW + ".scales': wrong shape [8, 3]: expected [8, K / G] with the group size G dividing K = 8"));
+  EXPECT_THAT(error_of(ts), HasSubstr("'" + kW + ".scales': wrong shape [8, 3]: expected [8, K/G] with the group size G dividing K = 8"));
   ts = quantized_tensors(tiny_config(), "I8", 4);
   find(ts, kW + ".scales").shape = {7, 2};
   EXPECT_THAT(error_of(ts), HasSubstr("'" + kW + ".scales': wrong shape [7, 2]"));
@@ -127,13 +127,13 @@ TEST(ModelFileQuant, OnlyWeightsMayBeQuantized) {
 TEST(ModelFileQuant, LeftOverCompanions) {
   auto ts = quantized_tensors(tiny_config(), "I8", 4);
   ts.push_back({kW + ".offsets", "F16", {8, 2}});
-  EXPECT_THAT(error_of(ts), HasSubstr("'" + kW + ".offsets': left over: an I8 (int8) weight has no offsets"));
+  EXPECT_THAT(error_of(ts), HasSubstr("'" + kW + ".offsets': leftover: an I8 (int8) weight has no offsets"));
   ts = quantized_tensors(tiny_config(), "I8", 4);
   ts.push_back({"final_norm.weight.scales", "F32", {8, 1}});
-  EXPECT_THAT(error_of(ts), HasSubstr("'final_norm.weight.scales': left over"));
+  EXPECT_THAT(error_of(ts), HasSubstr("'final_norm.weight.scales': leftover"));
   ts = quantized_tensors(tiny_config(), "I8", 4);
   ts.push_back({"loop.9.attn.wq.weight.scales", "F32", {8, 1}});
-  EXPECT_THAT(error_of(ts), HasSubstr("'loop.9.attn.wq.weight.scales': left over"));
+  EXPECT_THAT(error_of(ts), HasSubstr("'loop.9.attn.wq.weight.scales': leftover"));
 }
 
 }  // namespace

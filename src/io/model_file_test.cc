@@ -141,7 +141,7 @@ TEST(ModelFileOpen, EmptyLeftoverTensorIsLeftOverNotACrash) {
   // the config check names it as unused.
   RawFile raw = make_raw_file(tiny_config());
   raw.header["extra"] = {{"dtype", "F32"}, {"shape", {0}}, {"data_offsets", {0, 0}}};
-  EXPECT_THAT(format_error_of(raw), HasSubstr("'extra': left over"));
+  EXPECT_THAT(format_error_of(raw), HasSubstr("'extra': leftover"));
 }
 
 // ---- the OS side ----
@@ -202,7 +202,7 @@ TEST(ModelFileCorrupt, MissingFormatVersionOrConfig) {
 TEST(ModelFileCorrupt, WrongFormatOrUnknownVersion) {
   RawFile raw = make_raw_file(tiny_config());
   raw.header["__metadata__"]["format"] = "gguf";
-  EXPECT_THAT(format_error_of(raw), HasSubstr("format is 'gguf', expected 'tinyloop'"));
+  EXPECT_THAT(format_error_of(raw), HasSubstr("'format' is 'gguf', expected 'tinyloop'"));
   raw = make_raw_file(tiny_config());
   raw.header["__metadata__"]["format_version"] = "3";
   EXPECT_THAT(format_error_of(raw), HasSubstr("unknown format_version '3'"));
@@ -338,7 +338,7 @@ TEST(ModelFileCorrupt, LeftOverTensor) {
   const uint64_t end = raw.data.size();
   raw.header["loop.5.attn.wq.weight"] = {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {end, end + 8}}};
   raw.data.insert(raw.data.end(), 8, 0);
-  EXPECT_THAT(format_error_of(raw), HasSubstr("'loop.5.attn.wq.weight': left over: not used by the config"));
+  EXPECT_THAT(format_error_of(raw), HasSubstr("'loop.5.attn.wq.weight': leftover: not used by the config"));
 }
 
 TEST(ModelFileCorrupt, WeightDtypeV1CannotCompute) {
@@ -352,7 +352,7 @@ TEST(ModelFileCorrupt, WeightDtypeV1CannotCompute) {
   }
   RawFile raw = make_raw_file(tiny_config());
   retype_tensor(raw, "loop.0.attn.wq.weight", "I32", {8, 8});
-  EXPECT_THAT(format_error_of(raw), HasSubstr("'loop.0.attn.wq.weight': dtype I32 not supported"));
+  EXPECT_THAT(format_error_of(raw), HasSubstr("'loop.0.attn.wq.weight': unsupported dtype I32"));
 }
 
 TEST(ModelFileCorrupt, NormsAndBiasesMustBeF32) {
