@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import check_tensor_shapes, engine_module, expected_tensors, normalize_config
-from .quantize import is_quantizable, logical_shapes
+from .config import engine_module, expected_tensors, normalize_config
 
 __all__ = [
     "ModelContents",
@@ -49,11 +48,6 @@ def _dtypes_for(use: str) -> tuple:
     """The dtypes of one use: "float" (F32/F16/BF16 weights), "quantized" (I8/U8, version 2),
     "unsupported" (named but refused)."""
     return tuple(n for n, d in _container()["dtypes"].items() if d["use"] == use)
-
-
-def _scale_dtypes() -> tuple:
-    """The dtypes a quantized weight's `.scales` / `.offsets` may have."""
-    return tuple(n for n, d in _container()["dtypes"].items() if d["scale"])
 
 
 def __getattr__(name: str):
@@ -155,9 +149,9 @@ def _header_bytes(entries, metadata: dict) -> bytes:
     return text + b" " * pad
 
 
-def _write_atomically(path: str, chunks) -> None:
-    """Write to a temp file in the target directory, then rename over `path`, so a reader
-    never sees a half-written model."""
+def _write_atomically(path: str, chunks, check) -> None:
+    """Write to a temp file in the target directory, `check(temp path)`, then rename over
+    `path`, so a reader never sees a half-written or refused model."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tinyloop-", suffix=".tmp", dir=directory)
     try:
@@ -166,6 +160,7 @@ def _write_atomically(path: str, chunks) -> None:
                 f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
+        check(tmp)
         # mkstemp creates 0600; a model file is ordinary data, so honour the umask instead.
         umask = os.umask(0)
         os.umask(umask)
@@ -182,7 +177,9 @@ def write_model(path, config: dict, tensors: dict, tokenizer_json: str | None = 
     """Write a `.tinyloop` file. Returns the path.
 
     The config is normalized (every field written). `tensors` must match the config's
-    expected tensors exactly; 2-D weight matrices are stored as `weight_dtype`
+    expected tensors exactly: the file is checked by the engine's loader before it replaces
+    `path` (tinyloop_py.check_model_file, the checks of read_model and Model()); 2-D weight
+    matrices are stored as `weight_dtype`
     ("f32" | "f16" | "bf16"), norms and biases as F32. Raises ValueError naming the
     problem (config field, tensor, dtype).
 
@@ -195,18 +192,16 @@ def write_model(path, config: dict, tensors: dict, tokenizer_json: str | None = 
     if weight_dtype not in _WEIGHT_DTYPES:
         raise ValueError(f"weight_dtype {weight_dtype!r}: expected one of {list(_WEIGHT_DTYPES)}")
     cfg = normalize_config(config)
-    shapes = {n: np.shape(t) for n, t in tensors.items()}
-    dtypes = {n: _stored_dtype(n, np.asarray(t), weight_dtype) for n, t in tensors.items()}
-    _check_quantized(str(path), dtypes, shapes)
-    check_tensor_shapes(cfg, logical_shapes(shapes))
+    # The config's tensors in its order, each weight's companions after it, then anything
+    # else given, so the loader's check below sees (and names) leftovers too.
+    order = [n + c for n in expected_tensors(cfg) for c in ("", ".scales", ".offsets")]
+    order = [n for n in order if n in tensors] + [n for n in tensors if n not in set(order)]
     entries = []
-    for name in expected_tensors(cfg):
-        names = [name] + [name + c for c in (".scales", ".offsets") if name + c in tensors]
-        for n in names:
-            dtype, data = _encode_tensor(n, np.asarray(tensors[n]), weight_dtype)
-            entries.append((n, dtype, tuple(np.shape(tensors[n])), data))
+    for n in order:
+        dtype, data = _encode_tensor(n, np.asarray(tensors[n]), weight_dtype)
+        entries.append((n, dtype, tuple(np.shape(tensors[n])), data))
     c = _container()
-    quantized = any(d in _dtypes_for("quantized") for d in dtypes.values())
+    quantized = any(e[1] in _dtypes_for("quantized") for e in entries)
     version = c["format_version_quant"] if quantized else c["format_version_float"]
     entries = _layout(entries)
     keys = c["metadata_keys"]
@@ -219,8 +214,17 @@ def write_model(path, config: dict, tensors: dict, tokenizer_json: str | None = 
     header = _header_bytes(entries, metadata)
     path = os.fspath(path)
     # The u64 length (struct "<Q") is header_len_bytes long.
-    _write_atomically(path, [struct.pack("<Q", len(header)), header] + [e[3] for e in entries])
+    _write_atomically(path, [struct.pack("<Q", len(header)), header] + [e[3] for e in entries],
+                      lambda tmp: _check_written(tmp, path))
     return path
+
+
+def _check_written(tmp: str, path: str) -> None:
+    """The engine's loader on the temp file; its message names `path`, where the file goes."""
+    try:
+        engine_module().check_model_file(tmp)
+    except ValueError as e:
+        raise ValueError(str(e).replace(tmp, path)) from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -239,58 +243,6 @@ def _header(blob: bytes) -> tuple[dict, int]:
     start = _container()["header_len_bytes"]
     (n,) = struct.unpack_from("<Q", blob, 0)  # the u64 header length
     return json.loads(blob[start:start + n].decode("utf-8")), start + n
-
-
-def _check_quantized(path: str, dtypes: dict, shapes: dict) -> None:
-    """write_model's check of the arrays before it writes them (read_model leaves reading to
-    the engine's loader). Quantized weights and their companions (docs/model-format.md,
-    version 2): I8/U8 only on quantizable weights; `.scales` (and `.offsets` for U8) present,
-    F16 or F32 (the same dtype), shaped [N, K/G] with G dividing K (and even for int4); no
-    companion without its quantized weight. Errors name the tensor."""
-    for name, dtype in dtypes.items():
-        if dtype not in _dtypes_for("quantized"):
-            continue
-        if not is_quantizable(name):
-            raise ValueError(f"{path}: tensor '{name}': dtype {dtype}, but only linear, embed "
-                             f"and head weights may be quantized")
-        if len(shapes[name]) != 2:
-            raise ValueError(f"{path}: tensor '{name}': a quantized weight must be 2-D, got "
-                             f"shape {list(shapes[name])}")
-        N, stored_k = shapes[name]
-        K = 2 * stored_k if dtype == "U8" else stored_k
-        needed = (".scales", ".offsets") if dtype == "U8" else (".scales",)
-        for c in needed:
-            if name + c not in dtypes:
-                raise ValueError(f"{path}: tensor '{name + c}': missing (the {dtype} weight "
-                                 f"'{name}' needs it)")
-            if dtypes[name + c] not in _scale_dtypes():
-                raise ValueError(f"{path}: tensor '{name + c}': dtype {dtypes[name + c]}, "
-                                 f"expected F16 or F32")
-        if dtype == "I8" and name + ".offsets" in dtypes:
-            raise ValueError(f"{path}: tensor '{name}.offsets': an I8 (int8) weight has no "
-                             f"offsets (leftover)")
-        if dtype == "U8" and dtypes[name + ".scales"] != dtypes[name + ".offsets"]:
-            raise ValueError(f"{path}: tensor '{name}.offsets': dtype "
-                             f"{dtypes[name + '.offsets']}, but '{name}.scales' is "
-                             f"{dtypes[name + '.scales']} (they must match)")
-        s_shape = tuple(shapes[name + ".scales"])
-        if (len(s_shape) != 2 or s_shape[0] != N or s_shape[1] == 0 or K % s_shape[1] != 0):
-            raise ValueError(f"{path}: tensor '{name}.scales': shape {list(s_shape)}, expected "
-                             f"[{N}, K/G] with the group size G dividing K = {K}")
-        if dtype == "U8" and tuple(shapes[name + ".offsets"]) != s_shape:
-            raise ValueError(f"{path}: tensor '{name}.offsets': shape "
-                             f"{list(shapes[name + '.offsets'])}, but '{name}.scales' is "
-                             f"{list(s_shape)} (they must match)")
-        G = K // s_shape[1]
-        if dtype == "U8" and G % 2:
-            raise ValueError(f"{path}: tensor '{name}.scales': group size {G} is odd (int4 "
-                             f"packs two columns a byte, so G must be even)")
-    for name in dtypes:
-        if name.endswith((".scales", ".offsets")):
-            weight = name.rsplit(".", 1)[0]
-            if dtypes.get(weight) not in _dtypes_for("quantized"):
-                raise ValueError(f"{path}: tensor '{name}': not used by the config (leftover:"
-                                 f" '{weight}' is not a quantized weight)")
 
 
 def _decode(blob: bytes, start: int, dtype: str, shape: tuple) -> np.ndarray:
