@@ -267,9 +267,17 @@ def read_model(path) -> ModelContents:
     path = os.fspath(path)
     blob = _read_bytes(path)
     cfg = engine_module().check_model_file(path)
-    header, data_start = _header(blob)
-    meta = header.pop(_container()["metadata_key"])
-    parsed = {n: (e["dtype"], tuple(e["shape"]), *e["data_offsets"]) for n, e in header.items()}
+    try:
+        header, data_start = _header(blob)
+        meta = header.pop(_container()["metadata_key"])
+        parsed = {n: (e["dtype"], tuple(e["shape"]), *e["data_offsets"])
+                  for n, e in header.items()}
+    except (ValueError, KeyError, TypeError, struct.error):
+        parsed = None
+    # The bytes read are the ones the engine checked only if the file did not change in
+    # between; the checked file's tensors end exactly at its end.
+    if parsed is None or data_start + max((p[3] for p in parsed.values()), default=0) != len(blob):
+        raise ValueError(f"{path}: the file changed on disk while it was being read")
     tensors = {n: _decode(blob, data_start + p[2], p[0], p[1]) for n, p in parsed.items()}
     return ModelContents(
         config=cfg, tensors=tensors, dtypes={n: p[0] for n, p in parsed.items()},

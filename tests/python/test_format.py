@@ -466,6 +466,16 @@ def test_reject_bad_contents(model_path, edit, words):
     _expect_error(_mutated(model_path, edit), *words)
 
 
+def test_read_refuses_bytes_other_than_the_checked_file(model_path, monkeypatch):
+    """read_model decodes the bytes it read; the engine checked the file on disk. Bytes that
+    no longer fit the checked layout (the file changed in between) are refused."""
+    blob = open(model_path, "rb").read()
+    for changed in (blob[:-4], blob + b"\0" * 4, b"\xff" * len(blob)):
+        monkeypatch.setattr(F, "_read_bytes", lambda path, b=changed: b)
+        with pytest.raises(ValueError, match="changed on disk"):
+            F.read_model(model_path)
+
+
 def test_reject_overlap_hole_and_trailing_bytes(model_path):
     header, raw = _split(model_path)
     n = json.dumps(header).encode()
