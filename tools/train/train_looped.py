@@ -165,10 +165,13 @@ def export_model(path, cfg, params, tok_json, log):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     try:
         from tinyloop.format import write_model
+        # tinyloop.format imports the engine (tinyloop_py, where the format is declared) at
+        # its first use, so a missing engine shows here, not at the import.
+        write_model(path, cfg, tensors, tokenizer_json=tok_json, weight_dtype="f16")
     except ImportError as e:
-        log(f"WARNING: tinyloop.format not importable ({e}); using the built-in writer")
+        log(f"WARNING: tinyloop.format or its engine not importable ({e}); using the built-in writer")
         from export_fallback import write_model
-    write_model(path, cfg, tensors, tokenizer_json=tok_json, weight_dtype="f16")
+        write_model(path, cfg, tensors, tokenizer_json=tok_json, weight_dtype="f16")
     log(f"exported {path} ({os.path.getsize(path) / 1e6:.2f} MB)")
 
 
