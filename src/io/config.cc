@@ -211,8 +211,9 @@ void require_at_most(int64_t value, int64_t max, const char* field) {
          std::to_string(value));
 }
 
-// The min / max of every TL_INT field. Refused at load, not at the first call (a file saying
-// default_loops = 2^59 once loaded and then crashed generate()).
+// The min / max of every TL_INT field: the table expanded twice, every minimum first (the
+// later rules divide by these sizes), then every maximum. Refused at load, not at the first
+// call (a file saying default_loops = 2^59 once loaded and then crashed generate()).
 void check_sizes(const ModelConfig& c) {
 #define TL_INT(name, def, presence, min, max, doc) require_at_least(c.name, min, #name);
 #define TL_UINT(name, def, doc)
