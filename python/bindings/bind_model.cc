@@ -58,9 +58,10 @@ Model(path, max_seq_len=None, kv_mode=None, quant_activations=None, fp16_body=No
   kv_mode: KV storage of generation (docs/kv-cache.md): "fp16" (default), "fp32", "int8", or
     store-h "h_fp16" / "h_int8" / "h_int4" (keeps each attention input, rebuilds K/V);
     TINYLOOP_KV_INT8=1 / TINYLOOP_KV_FP32=1 / TINYLOOP_KV_H_MODE=1 (+ _INT8 / _INT4) set it.
-  quant_activations: "f32" (default) keeps the input rows of int8 / int4 weight matmuls
-    exact; "q8" quantizes them to int8 per 32 columns with integer dot products, as
-    llama.cpp does (docs/model-format.md). TINYLOOP_QUANT_ACTIVATIONS sets the default.
+  quant_activations: "q8" quantizes the input rows of int8 / int4 weight matmuls to int8
+    per 32 columns with integer dot products, as llama.cpp does; "f32" keeps them exact.
+    Default: TINYLOOP_QUANT_ACTIVATIONS, else "q8" for a file with int8 / int4 weights
+    (several times faster for a few 1e-5 nats of KL; docs/model-format.md), else "f32".
   fp16_body: True runs the loop body's float (F32 / F16 / BF16) matmuls in reduced precision:
     inputs rounded to bf16, a packed BF16 copy of those weights (extra memory, counted in
     vram_usage_mb), float32 sums (docs/benchmarks.md "Reduced-precision loop body").

@@ -46,7 +46,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-loop-slots", type=int, default=0,
                    help="recurrence-shared KV: B slot groups for all loop iterations (0: one per iteration)")
     p.add_argument("--quant-activations", default=None, choices=["f32", "q8"],
-                   help="int8/int4 weight matmuls: exact float inputs (f32, default) or llama.cpp's int8 rows")
+                   help="int8/int4 weight matmuls: llama.cpp's int8 rows (q8, the default on x86 with "
+                        "AVX512-VNNI or AVX2) or exact float inputs (f32)")
     p.add_argument("--beam-size", type=int, default=0,
                    help="beam search with this many beams (>= 2; sampling flags are then ignored)")
     p.add_argument("--length-penalty", type=float, default=1.0, help="beam search length penalty")

@@ -118,6 +118,7 @@ BackendInfo backend_info() {
   i.force_scalar = force_scalar();
   i.num_threads = cpu::num_threads();
   i.q8_kernel = cpu::q8act_kernel_name();
+  i.q8_packed = i.q8_kernel.rfind("portable", 0) != 0;
   i.bf16_kernel = cpu::bf16dot_kernel_name();
   i.amx = cpu::amx_bf16_active();
   i.amx_reason = cpu::amx_inactive_reason();

@@ -48,6 +48,7 @@ struct BackendInfo {
   bool force_scalar = false;
   int num_threads = 1;
   std::string q8_kernel;    // quant_activations="q8": "avx512vnni", "avx2" or "portable-<target>"
+  bool q8_packed = false;   // q8_kernel is a packed one: there q8 activations are the fast path
   std::string bf16_kernel;  // fp16_body: "amx", "avx512bf16" or "portable-<target>"
   bool amx = false;         // AMX tiles in use
   std::string amx_reason;   // why not, when amx is false

@@ -18,9 +18,10 @@ struct EngineOptions {
   // (docs/kv-cache.md); default from env (TINYLOOP_KV_INT8, TINYLOOP_KV_FP32, TINYLOOP_KV_H_MODE
   // [+ TINYLOOP_KV_INT8 / TINYLOOP_KV_INT4])
   std::optional<std::string> kv_mode;
-  // "f32" (default) | "q8": how int8 / int4 weights (group a multiple of 32) take their
-  // input rows: exact, or quantized per 32 columns as llama.cpp does (ops/matmul_q8act.h).
-  // Default from env TINYLOOP_QUANT_ACTIVATIONS (docs/model-format.md says why f32).
+  // "f32" | "q8": how int8 / int4 weights (group a multiple of 32) take their input rows:
+  // exact, or quantized per 32 columns as llama.cpp does (ops/matmul_q8act.h). Default: env
+  // TINYLOOP_QUANT_ACTIVATIONS, else "q8" for a file with int8 / int4 weights, else "f32"
+  // (docs/model-format.md says why).
   std::optional<std::string> quant_activations;
   // true: the loop body's float matmuls run in reduced precision (x and a packed BF16 copy
   // of the weights, float32 sums: ops/matmul_bf16dot.h, docs/benchmarks.md "Reduced-precision

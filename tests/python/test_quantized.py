@@ -360,8 +360,17 @@ def test_q8_activations_change_only_blocked_groups(tmp_path):
 def test_quant_activations_kwarg_env_and_errors(tmp_path, monkeypatch):
     tl = _engine()
     path = _quantized_model(tmp_path, "llama", "int8", 32, "f16", max_seq_len=128)
+    # The default (docs/model-format.md): q8 for int8 / int4 files where a packed q8 kernel
+    # runs (x86 with AVX512-VNNI or AVX2), exact elsewhere; a float file always says f32.
+    packed = tl.cpu_info()["q8_kernel"] in ("avx512vnni", "avx2")
     with tl.Model(path) as model:
-        assert model.config()["quant_activations"] == "f32"  # exact by default (docs/model-format.md)
+        assert model.config()["quant_activations"] == ("q8" if packed else "f32")
+    float_path = _quantized_model(tmp_path, "llama", "f16", 32, "f16", max_seq_len=128)
+    with tl.Model(float_path) as model:
+        assert model.config()["quant_activations"] == "f32"
+    monkeypatch.setenv("TINYLOOP_QUANT_ACTIVATIONS", "f32")
+    with tl.Model(path) as model:
+        assert model.config()["quant_activations"] == "f32"
     monkeypatch.setenv("TINYLOOP_QUANT_ACTIVATIONS", "q8")
     with tl.Model(path) as model:
         assert model.config()["quant_activations"] == "q8"
