@@ -89,18 +89,18 @@ void run_case(int64_t T, int64_t K, int64_t N, int threads) {
 
 int main() {
   const auto& s = cpu::amx_status();
-  std::printf("AMX: %s; bf16 dot kernel now: %s; load average %.2f\n",
-              s.bf16 ? "AMX-BF16 usable" : s.reason.c_str(), cpu::bf16dot_kernel_name().c_str(),
-              load_average());
+  std::printf("AMX: %s; bf16 dot kernel now: %s; load average %.2f\n", s.bf16 ? "AMX-BF16 usable" : s.reason.c_str(),
+              cpu::bf16dot_kernel_name().c_str(), load_average());
   std::vector<int> threads = {1, 2};
   if (const char* e = std::getenv("TINYLOOP_BENCH_AMX_THREADS")) threads = {std::atoi(e)};
-  std::printf("\n| threads | T | K -> N | amx (ms, GFLOP/s) | avx512bf16 | f16 exact | avx512bf16 / amx | f16 / amx |\n");
+  std::printf(
+      "\n| threads | T | K -> N | amx (ms, GFLOP/s) | avx512bf16 | f16 exact | avx512bf16 / amx | f16 / amx |\n");
   std::printf("|---:|---:|---|---:|---:|---:|---:|---:|\n");
   for (int th : threads)
     for (int64_t T : {1, 4, 16, 64, 512}) {
       run_case(T, 768, 2048, th);  // FFN gate / up
       run_case(T, 2048, 768, th);  // FFN down
-      run_case(T, 768, 768, th);   // attention Q / O
+      run_case(T, 768, 768, th);  // attention Q / O
       if (T <= 64) run_case(T, 768, 32000, th);  // the head (batched decode)
     }
   std::printf("\nload average at the end %.2f\n", load_average());

@@ -28,8 +28,8 @@ using bench::process_cpu_s;
 using bench::time_best;
 
 struct Weight {
-  std::vector<float> f32;       // [N, K] when F32
-  std::vector<uint16_t> u16;    // [N, K] when F16 / BF16
+  std::vector<float> f32;  // [N, K] when F32
+  std::vector<uint16_t> u16;  // [N, K] when F16 / BF16
   ops::WeightView view;
 };
 
@@ -59,17 +59,15 @@ void matmul_case(const char* what, int64_t T, int64_t K, int64_t N, DType dt, in
   for (bool scalar : {false, true}) {
     const auto [wall, cpu] = time_best(
         [&] {
-          if (scalar)
-            ops::ref::matmul(x.data(), T, w.view, nullptr, y.data());
-          else
-            cpu::matmul(x.data(), T, w.view, nullptr, y.data());
+          if (scalar) ops::ref::matmul(x.data(), T, w.view, nullptr, y.data());
+          else cpu::matmul(x.data(), T, w.view, nullptr, y.data());
         },
         reps);
-    std::printf("matmul %-8s %-4s T=%-4lld K=%-5lld N=%-6lld %-6s %8.3f ms  %7.1f GFLOP/s  %6.1f GB/s weights"
-                "  | per CPU-s: %7.1f GFLOP/s %6.1f GB/s\n",
-                what, dtype_name(dt), (long long)T, (long long)K, (long long)N,
-                scalar ? "scalar" : "simd", wall * 1e3, flops / wall / 1e9, bytes / wall / 1e9,
-                flops / cpu / 1e9, bytes / cpu / 1e9);
+    std::printf(
+        "matmul %-8s %-4s T=%-4lld K=%-5lld N=%-6lld %-6s %8.3f ms  %7.1f GFLOP/s  %6.1f GB/s weights"
+        "  | per CPU-s: %7.1f GFLOP/s %6.1f GB/s\n",
+        what, dtype_name(dt), (long long)T, (long long)K, (long long)N, scalar ? "scalar" : "simd", wall * 1e3,
+        flops / wall / 1e9, bytes / wall / 1e9, flops / cpu / 1e9, bytes / cpu / 1e9);
   }
 }
 
@@ -101,10 +99,11 @@ void bf16dot_case(const char* what, int64_t T, int64_t K, int64_t N, int reps) {
     }
   cpu::set_bf16dot_portable(false);
   for (int k = 0; k < 3; ++k)
-    std::printf("matmul %-8s BF16 T=%-4lld K=%-5lld N=%-6lld %-8s %8.3f ms  %7.1f GFLOP/s  %6.1f GB/s weights"
-                "  | per CPU-s: %7.1f GFLOP/s\n",
-                what, (long long)T, (long long)K, (long long)N, names[k], wall[k] * 1e3,
-                flops / wall[k] / 1e9, bytes / wall[k] / 1e9, flops / cpu_s[k] / 1e9);
+    std::printf(
+        "matmul %-8s BF16 T=%-4lld K=%-5lld N=%-6lld %-8s %8.3f ms  %7.1f GFLOP/s  %6.1f GB/s weights"
+        "  | per CPU-s: %7.1f GFLOP/s\n",
+        what, (long long)T, (long long)K, (long long)N, names[k], wall[k] * 1e3, flops / wall[k] / 1e9,
+        bytes / wall[k] / 1e9, flops / cpu_s[k] / 1e9);
 }
 
 void attention_case(int64_t T, int64_t ctx, int reps) {
@@ -151,28 +150,24 @@ void attention_case(int64_t T, int64_t ctx, int reps) {
   double contiguous_ms = 0;
   for (bool pg : {false, true}) {
     const auto [wall, cpu] = time_best(
-        [&] { cpu::attention(q.data(), T, H, pg ? paged : kv, q_pos.data(), k_lo.data(), out.data()); },
-        reps);
+        [&] { cpu::attention(q.data(), T, H, pg ? paged : kv, q_pos.data(), k_lo.data(), out.data()); }, reps);
     if (!pg) contiguous_ms = wall * 1e3;
-    std::printf("attention F16 KV T=%-4lld context=%-5lld %-10s %8.3f ms  %7.1f GFLOP/s%s\n",
-                (long long)T, (long long)ctx, pg ? "paged B=32" : "contiguous", wall * 1e3,
-                flops / wall / 1e9,
+    std::printf("attention F16 KV T=%-4lld context=%-5lld %-10s %8.3f ms  %7.1f GFLOP/s%s\n", (long long)T,
+                (long long)ctx, pg ? "paged B=32" : "contiguous", wall * 1e3, flops / wall / 1e9,
                 pg ? (" (" + std::to_string(contiguous_ms / (wall * 1e3)) + "x contiguous)").c_str() : "");
   }
   if (std::getenv("TINYLOOP_BENCH_ATTENTION_ONLY")) return;
   for (bool scalar : {false, true}) {
     const auto [wall, cpu] = time_best(
         [&] {
-          if (scalar)
-            ops::ref::attention(q.data(), T, H, kv, q_pos.data(), k_lo.data(), out.data());
-          else
-            cpu::attention(q.data(), T, H, kv, q_pos.data(), k_lo.data(), out.data());
+          if (scalar) ops::ref::attention(q.data(), T, H, kv, q_pos.data(), k_lo.data(), out.data());
+          else cpu::attention(q.data(), T, H, kv, q_pos.data(), k_lo.data(), out.data());
         },
         reps);
-    std::printf("attention F16 KV T=%-4lld context=%-5lld 12 heads x 64 %-6s %8.3f ms  %7.1f GFLOP/s"
-                "  | per CPU-s: %7.1f GFLOP/s\n",
-                (long long)T, (long long)ctx, scalar ? "scalar" : "simd", wall * 1e3,
-                flops / wall / 1e9, flops / cpu / 1e9);
+    std::printf(
+        "attention F16 KV T=%-4lld context=%-5lld 12 heads x 64 %-6s %8.3f ms  %7.1f GFLOP/s"
+        "  | per CPU-s: %7.1f GFLOP/s\n",
+        (long long)T, (long long)ctx, scalar ? "scalar" : "simd", wall * 1e3, flops / wall / 1e9, flops / cpu / 1e9);
   }
 }
 

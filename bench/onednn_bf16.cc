@@ -41,7 +41,7 @@ void run_case(int64_t M, int64_t K, int64_t N, int reps) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> d(-0.05f, 0.05f);
   std::vector<float> x(size_t(M * K)), y(size_t(M * N)), y2(size_t(M * N));  // [M, K], [M, N]
-  std::vector<uint16_t> w(size_t(N * K)), xb(size_t(M * K));                  // [N, K], [M, K]
+  std::vector<uint16_t> w(size_t(N * K)), xb(size_t(M * K));  // [N, K], [M, K]
   for (auto& v : x) v = d(rng) * 20;
   for (auto& v : w) v = ops::round_bf16_ftz(d(rng));
   for (size_t i = 0; i < x.size(); ++i) xb[i] = ops::round_bf16_ftz(x[i]);
@@ -59,8 +59,7 @@ void run_case(int64_t M, int64_t K, int64_t N, int reps) {
   // oneDNN: src bf16 [M, K], weights bf16 [K, N] = our [N, K] row-major (tag ba), dst f32.
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream s(eng);
-  dnnl::memory::desc a_md({M, K}, dt::bf16, tag::ab), b_any({K, N}, dt::bf16, tag::any),
-      c_md({M, N}, dt::f32, tag::ab);
+  dnnl::memory::desc a_md({M, K}, dt::bf16, tag::ab), b_any({K, N}, dt::bf16, tag::any), c_md({M, N}, dt::f32, tag::ab);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), eng);
   dnnl::memory a_mem(a_md, eng, xb.data()), c_mem(c_md, eng, y2.data());
   dnnl::memory b_user({{K, N}, dt::bf16, tag::ba}, eng, w.data());
@@ -96,11 +95,12 @@ void run_case(int64_t M, int64_t K, int64_t N, int reps) {
     max_y = std::max(max_y, double(std::abs(y[i])));
   }
   const double gflop = 2.0 * double(M * N * K) / 1e9;
-  std::printf("%4lld x %4lld -> %4lld  tinyloop %s %8.3f ms %6.1f GFLOP/s | oneDNN %8.3f ms %6.1f GFLOP/s "
-              "| oneDNN / tinyloop time %.2f | max |diff| %.1e of max |y| %.1e | oneDNN row 0 alone: %s\n",
-              (long long)M, (long long)K, (long long)N, cpu::bf16dot_kernel_name().c_str(), ours,
-              gflop / ours * 1e3, dnnl_ms, gflop / dnnl_ms * 1e3, dnnl_ms / ours, max_diff, max_y,
-              rows_differ < 0 ? "-" : (std::to_string(rows_differ) + " of " + std::to_string(N) + " values differ").c_str());
+  std::printf(
+      "%4lld x %4lld -> %4lld  tinyloop %s %8.3f ms %6.1f GFLOP/s | oneDNN %8.3f ms %6.1f GFLOP/s "
+      "| oneDNN / tinyloop time %.2f | max |diff| %.1e of max |y| %.1e | oneDNN row 0 alone: %s\n",
+      (long long)M, (long long)K, (long long)N, cpu::bf16dot_kernel_name().c_str(), ours, gflop / ours * 1e3, dnnl_ms,
+      gflop / dnnl_ms * 1e3, dnnl_ms / ours, max_diff, max_y,
+      rows_differ < 0 ? "-" : (std::to_string(rows_differ) + " of " + std::to_string(N) + " values differ").c_str());
 }
 
 }  // namespace

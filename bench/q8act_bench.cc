@@ -22,11 +22,11 @@ namespace {
 using namespace tinyloop;
 
 void q8_case(const char* what, int64_t T, int64_t K, int64_t N, DType dt, int reps) {
-  const auto st = ops::testing::store_quant(ops::testing::random_floats(size_t(N * K), 1, -0.05f, 0.05f),
-                                            N, K, dt, 32, DType::F16);
+  const auto st =
+      ops::testing::store_quant(ops::testing::random_floats(size_t(N * K), 1, -0.05f, 0.05f), N, K, dt, 32, DType::F16);
   const ops::WeightView w = st.view();
   const auto x = ops::testing::random_floats(size_t(T * K), 2);  // [T, K]
-  std::vector<float> y(size_t(T * N));                            // [T, N]
+  std::vector<float> y(size_t(T * N));  // [T, N]
   const bool vnni = cpu::detail::vnni_supported();
   // The packed copy (cpu/matmul_q8act_packed.h), 64-byte aligned.
   std::vector<uint8_t> packed(size_t(vnni ? cpu::detail::q8act_packed_bytes(w) + 64 : 0));
@@ -52,8 +52,8 @@ void q8_case(const char* what, int64_t T, int64_t K, int64_t N, DType dt, int re
     }
   const double flops = 2.0 * double(T * N * K);
   for (int k = vnni ? 0 : 2; k < n_run; ++k)
-    std::printf("%-7s %-2s T=%-4lld K=%-5lld N=%-5lld %-8s %8.3f ms  %7.1f GFLOP/s  | per CPU-s %7.1f GFLOP/s\n",
-                what, dtype_name(dt), (long long)T, (long long)K, (long long)N, names[k], wall[k] * 1e3,
+    std::printf("%-7s %-2s T=%-4lld K=%-5lld N=%-5lld %-8s %8.3f ms  %7.1f GFLOP/s  | per CPU-s %7.1f GFLOP/s\n", what,
+                dtype_name(dt), (long long)T, (long long)K, (long long)N, names[k], wall[k] * 1e3,
                 flops / wall[k] / 1e9, flops / cpu_s[k] / 1e9);
 }
 

@@ -24,8 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (c.n_pre_blocks + c.n_loop_layers + c.n_post_blocks <= 64) {
     try {
       (void)tinyloop::expected_tensor_shapes(c);
-    } catch (const tinyloop::FormatError&) {
-    }
+    } catch (const tinyloop::FormatError&) {}
   }
   return 0;
 }

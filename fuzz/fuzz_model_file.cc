@@ -45,8 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         volatile uint8_t sink = 0;
         if (t.nbytes) sink = sink ^ t.data[0] ^ t.data[t.nbytes - 1];
       }
-    } catch (const tinyloop::FormatError&) {
-    }
+    } catch (const tinyloop::FormatError&) {}
     if (size % 2) break;  // half the inputs also take the read-into-memory path
   }
   return 0;

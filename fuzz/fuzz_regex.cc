@@ -34,7 +34,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!g.matches(done)) std::abort();
     const int32_t s = g.advance_bytes(g.initial_state(), pattern);
     if ((s != tinyloop::grammar::Grammar::kDead && g.is_accepting(s)) != g.matches(pattern)) std::abort();
-  } catch (const std::invalid_argument&) {
-  }
+  } catch (const std::invalid_argument&) {}
   return 0;
 }

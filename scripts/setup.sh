@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # clang + libclang-rt-14-dev: the libFuzzer targets of fuzz/ (scripts/fuzz.sh)
-APT_PACKAGES="cmake g++ make libgtest-dev nlohmann-json3-dev libhwy-dev chromium chromium-driver clang libclang-rt-14-dev"
+APT_PACKAGES="cmake g++ make clang-format libgtest-dev nlohmann-json3-dev libhwy-dev chromium chromium-driver clang libclang-rt-14-dev"
 missing=""
 for p in $APT_PACKAGES; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -61,9 +61,7 @@ struct ModelConfig {
     return pos_encoding == PosEncoding::RopeHalf || pos_encoding == PosEncoding::RopeInterleaved;
   }
   // Layer applications of one forward at `loops` iterations (= KV slots).
-  int64_t effective_depth(int64_t loops) const {
-    return n_pre_blocks + loops * n_loop_layers + n_post_blocks;
-  }
+  int64_t effective_depth(int64_t loops) const { return n_pre_blocks + loops * n_loop_layers + n_post_blocks; }
 };
 
 // Parse the config JSON text, fill defaults, check consistency (docs/model-format.md).

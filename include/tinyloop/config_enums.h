@@ -17,23 +17,19 @@ inline constexpr EnumName<NormType> kNormTypeNames[] = {{"rmsnorm", NormType::RM
                                                         {"layernorm", NormType::LayerNorm}};
 
 enum class NormPlacement { Pre, HuginnSandwich, OuroSandwich };
-inline constexpr EnumName<NormPlacement> kNormPlacementNames[] = {
-    {"pre", NormPlacement::Pre},
-    {"huginn_sandwich", NormPlacement::HuginnSandwich},
-    {"ouro_sandwich", NormPlacement::OuroSandwich}};
+inline constexpr EnumName<NormPlacement> kNormPlacementNames[] = {{"pre", NormPlacement::Pre},
+                                                                  {"huginn_sandwich", NormPlacement::HuginnSandwich},
+                                                                  {"ouro_sandwich", NormPlacement::OuroSandwich}};
 
 enum class PosEncoding { RopeHalf, RopeInterleaved, Learned, None };
-inline constexpr EnumName<PosEncoding> kPosEncodingNames[] = {
-    {"rope_half", PosEncoding::RopeHalf},
-    {"rope_interleaved", PosEncoding::RopeInterleaved},
-    {"learned", PosEncoding::Learned},
-    {"none", PosEncoding::None}};
+inline constexpr EnumName<PosEncoding> kPosEncodingNames[] = {{"rope_half", PosEncoding::RopeHalf},
+                                                              {"rope_interleaved", PosEncoding::RopeInterleaved},
+                                                              {"learned", PosEncoding::Learned},
+                                                              {"none", PosEncoding::None}};
 
 enum class MlpType { SwiGLU, GELU, GELUTanh, ReLU2 };
-inline constexpr EnumName<MlpType> kMlpTypeNames[] = {{"swiglu", MlpType::SwiGLU},
-                                                      {"gelu", MlpType::GELU},
-                                                      {"gelu_tanh", MlpType::GELUTanh},
-                                                      {"relu2", MlpType::ReLU2}};
+inline constexpr EnumName<MlpType> kMlpTypeNames[] = {
+    {"swiglu", MlpType::SwiGLU}, {"gelu", MlpType::GELU}, {"gelu_tanh", MlpType::GELUTanh}, {"relu2", MlpType::ReLU2}};
 
 enum class InitState { Input, Zeros, Random };
 inline constexpr EnumName<InitState> kInitStateNames[] = {

@@ -15,11 +15,11 @@ inline constexpr uint64_t kDataAlignment = 64;
 inline constexpr const char* kMetadataKey = "__metadata__";
 
 // __metadata__ keys (string -> string).
-inline constexpr const char* kMetaFormat = "format";                 // always kFormatName
+inline constexpr const char* kMetaFormat = "format";  // always kFormatName
 inline constexpr const char* kMetaFormatVersion = "format_version";  // "1" or "2"
-inline constexpr const char* kMetaConfig = "config";                 // the config JSON
-inline constexpr const char* kMetaTokenizer = "tokenizer";           // optional tokenizer.json
-inline constexpr const char* kMetaChatTemplate = "chat_template";    // optional
+inline constexpr const char* kMetaConfig = "config";  // the config JSON
+inline constexpr const char* kMetaTokenizer = "tokenizer";  // optional tokenizer.json
+inline constexpr const char* kMetaChatTemplate = "chat_template";  // optional
 inline constexpr const char* kFormatName = "tinyloop";
 
 // Version 1: float weights. Version 2 adds int8 / int4 weights (I8 / U8 tensors with
@@ -40,9 +40,9 @@ enum class DTypeUse { Float, Quantized, Unsupported };
 struct DTypeInfo {
   const char* name;  // as written in the header
   StoredDType dtype;
-  uint64_t size;     // bytes per element
+  uint64_t size;  // bytes per element
   DTypeUse use;
-  bool scale;        // allowed for a quantized weight's `.scales` / `.offsets`
+  bool scale;  // allowed for a quantized weight's `.scales` / `.offsets`
 };
 
 inline constexpr DTypeInfo kDTypes[] = {

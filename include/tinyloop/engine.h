@@ -29,10 +29,10 @@ struct EngineOptions {
 // What a caller needs to know about the loaded model.
 struct ModelInfo {
   int64_t vocab_size = 0;
-  int64_t default_loops = 0;        // depth used when GenerationOptions::loops is unset
-  int64_t max_seq_len = 0;          // prompt + emitted tokens, as this engine allows
-  std::vector<int32_t> eos_ids;     // ids that end generation when stop_at_eos
-  std::optional<int32_t> bos_id;    // the id a prompt should start with, if the model has one
+  int64_t default_loops = 0;  // depth used when GenerationOptions::loops is unset
+  int64_t max_seq_len = 0;  // prompt + emitted tokens, as this engine allows
+  std::vector<int32_t> eos_ids;  // ids that end generation when stop_at_eos
+  std::optional<int32_t> bos_id;  // the id a prompt should start with, if the model has one
 };
 
 class TINYLOOP_API Engine {

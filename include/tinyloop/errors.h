@@ -17,7 +17,10 @@ inline std::string printable_utf8(std::string_view s) {
   out.reserve(s.size());
   size_t i = 0;
   auto at = [&](size_t k) -> int { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : -1; };
-  auto cont = [&](size_t k, int lo = 0x80, int hi = 0xbf) { const int c = at(k); return c >= lo && c <= hi; };
+  auto cont = [&](size_t k, int lo = 0x80, int hi = 0xbf) {
+    const int c = at(k);
+    return c >= lo && c <= hi;
+  };
   while (i < s.size()) {
     const int b = at(0);
     size_t len = 0;

@@ -14,9 +14,9 @@ namespace tinyloop {
 struct TensorInfo {
   std::string name;
   StoredDType dtype = StoredDType::Unknown;
-  std::string dtype_name;          // as written in the header, e.g. "F16"
+  std::string dtype_name;  // as written in the header, e.g. "F16"
   std::vector<int64_t> shape;
-  const uint8_t* data = nullptr;   // into the mapping
+  const uint8_t* data = nullptr;  // into the mapping
   uint64_t nbytes = 0;
 };
 

@@ -58,8 +58,8 @@ class PyBeamModel : public runtime::BeamModel {
 void bind_beam(py::module_& testing) {
   testing.def(
       "beam_search_core",
-      [](py::object log_probs, int64_t vocab_size, int64_t max_tokens, int64_t beam_size,
-         double length_penalty, bool early_stopping, std::vector<int32_t> enders) {
+      [](py::object log_probs, int64_t vocab_size, int64_t max_tokens, int64_t beam_size, double length_penalty,
+         bool early_stopping, std::vector<int32_t> enders) {
         PyBeamModel model(std::move(log_probs), vocab_size, std::move(enders));
         const auto r = runtime::beam_search_core(model, vocab_size, max_tokens,
                                                  beam_params(beam_size, length_penalty, early_stopping));
@@ -93,8 +93,8 @@ void bind_beam(py::module_& testing) {
           py::gil_scoped_release nogil;
           res = runtime::beam_generate(*e, req, beam, {}, &mem);
           // What generate() (beam 1) allocates for the same call: one cache of prompt + max_tokens.
-          single = e->new_cache(e->resolve_loops(loops), int64_t(req.prompt.size()) + max_tokens, 0,
-                                e->kv_dtype())->bytes();
+          single =
+              e->new_cache(e->resolve_loops(loops), int64_t(req.prompt.size()) + max_tokens, 0, e->kv_dtype())->bytes();
         }
         py::dict d;
         d["tokens"] = res.tokens;
@@ -107,8 +107,9 @@ void bind_beam(py::module_& testing) {
         d["greedy_cache_bytes"] = single;
         return d;
       },
-      py::arg("model"), py::arg("prompt"), py::arg("max_tokens") = 64, py::arg("beam_size") = 4, py::arg("loops") = py::none(),
-      py::arg("length_penalty") = 1.0, py::arg("early_stopping") = true, py::arg("stop_at_eos") = true,
+      py::arg("model"), py::arg("prompt"), py::arg("max_tokens") = 64, py::arg("beam_size") = 4,
+      py::arg("loops") = py::none(), py::arg("length_penalty") = 1.0, py::arg("early_stopping") = true,
+      py::arg("stop_at_eos") = true,
       "Benchmark hook: one beam search call's KV figures: prefix_bytes (the prompt, shared), tail_bytes\n"
       "(one beam's generated tokens), peak_tails, peak_bytes, naive_bytes (beam_size full caches, the\n"
       "spec's scheme), tail_rows_copied, greedy_cache_bytes (generate()'s one cache), tokens.");

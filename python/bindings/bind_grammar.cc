@@ -84,7 +84,9 @@ std::map<std::string, std::vector<std::vector<double>>> time_mask_steps(const Gr
   auto v = g.vocabulary();
   std::vector<float> logits(v->vocab_size(), 0.0f);
   std::map<std::string, std::vector<std::vector<double>>> out;
-  auto ns = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::nano>(b - a).count(); };
+  auto ns = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::nano>(b - a).count();
+  };
   for (int p = 0; p < passes; ++p) {
     std::vector<double> lookup, apply, advance;
     int32_t s = g.initial_state();
@@ -96,7 +98,8 @@ std::map<std::string, std::vector<std::vector<double>>> time_mask_steps(const Gr
       auto t2 = Clock::now();
       s = v->advance(s, t);
       auto t3 = Clock::now();
-      if (s == Grammar::kDead) throw std::invalid_argument("token walk leaves the grammar at token " + std::to_string(t));
+      if (s == Grammar::kDead)
+        throw std::invalid_argument("token walk leaves the grammar at token " + std::to_string(t));
       lookup.push_back(ns(t0, t1));
       apply.push_back(ns(t1, t2));
       advance.push_back(ns(t2, t3));
@@ -121,16 +124,16 @@ A byte regular expression the whole output must match, compiled to a DFA (docs/g
 A bad pattern raises ValueError naming the problem and its byte position. States are ints;
 Grammar.DEAD (-1) means the output can no longer match. A Grammar may be shared by several
 threads / generate calls at once: masks are computed once per state and cached.)doc");
-  cls.def(py::init(&compile), py::arg("pattern"),
-          "Compile `pattern` (str, UTF-8 encoded, or bytes).")
+  cls.def(py::init(&compile), py::arg("pattern"), "Compile `pattern` (str, UTF-8 encoded, or bytes).")
       .def_property_readonly("pattern", [](const Grammar& g) { return pattern_object(g.pattern()); })
       .def_property_readonly("num_states", &Grammar::num_states)
-      .def_property_readonly("vocab_size",
-                             [](const Grammar& g) -> std::optional<int64_t> {
-                               if (!g.has_vocabulary()) return std::nullopt;
-                               return g.vocabulary()->vocab_size();
-                             },
-                             "Tokens in the vocabulary, None before set_token_vocabulary.")
+      .def_property_readonly(
+          "vocab_size",
+          [](const Grammar& g) -> std::optional<int64_t> {
+            if (!g.has_vocabulary()) return std::nullopt;
+            return g.vocabulary()->vocab_size();
+          },
+          "Tokens in the vocabulary, None before set_token_vocabulary.")
       .def("set_token_vocabulary", &Grammar::set_token_vocabulary, py::arg("token_bytes"),
            py::call_guard<py::gil_scoped_release>(),
            "One bytes object (str: UTF-8) per token id. Empty ones are never allowed; EOS is "
@@ -141,27 +144,29 @@ threads / generate calls at once: masks are computed once per state and cached.)
            "State after the token's bytes, or DEAD when the token is not allowed in `state`.")
       .def("advance_bytes", &Grammar::advance_bytes, py::arg("state"), py::arg("data"),
            "State after `data`, or DEAD once the output can no longer match.")
-      .def("allowed_tokens",
-           [](const Grammar& g, int32_t state) {
-             std::shared_ptr<const grammar::TokenMasks> v = g.vocabulary();
-             const grammar::Bitset* mask;
-             {
-               py::gil_scoped_release release;  // first use of a state scans the vocabulary
-               mask = &v->allowed(state);
-             }
-             return mask_to_numpy(*mask);
-           },
-           py::arg("state"), "Bool array [vocab_size]: the tokens allowed in `state` (all False for DEAD).")
+      .def(
+          "allowed_tokens",
+          [](const Grammar& g, int32_t state) {
+            std::shared_ptr<const grammar::TokenMasks> v = g.vocabulary();
+            const grammar::Bitset* mask;
+            {
+              py::gil_scoped_release release;  // first use of a state scans the vocabulary
+              mask = &v->allowed(state);
+            }
+            return mask_to_numpy(*mask);
+          },
+          py::arg("state"), "Bool array [vocab_size]: the tokens allowed in `state` (all False for DEAD).")
       .def("is_accepting", &Grammar::is_accepting, py::arg("state"))
       .def("eos_allowed", &Grammar::eos_allowed, py::arg("state"), "Same as is_accepting.")
       .def("can_continue", &Grammar::can_continue, py::arg("state"),
            "Whether any further byte is possible (False: the output must end here).")
-      .def("shortest_completion",
-           [](const Grammar& g, int32_t state) { return py::bytes(g.shortest_completion(state)); }, py::arg("state"),
-           "One shortest byte string leading from `state` to an accepting state.")
-      .def("precompute_masks",
-           [](const Grammar& g) { g.vocabulary()->precompute_all(); }, py::call_guard<py::gil_scoped_release>(),
-           "Compute every state's mask now instead of on first use.")
+      .def(
+          "shortest_completion",
+          [](const Grammar& g, int32_t state) { return py::bytes(g.shortest_completion(state)); }, py::arg("state"),
+          "One shortest byte string leading from `state` to an accepting state.")
+      .def(
+          "precompute_masks", [](const Grammar& g) { g.vocabulary()->precompute_all(); },
+          py::call_guard<py::gil_scoped_release>(), "Compute every state's mask now instead of on first use.")
       .def("__repr__", [](const Grammar& g) {
         std::string r = "Grammar(" + py::repr(pattern_object(g.pattern())).cast<std::string>() +
                         ", states=" + std::to_string(g.num_states());
@@ -170,21 +175,23 @@ threads / generate calls at once: masks are computed once per state and cached.)
       });
 
   cls.attr("DEAD") = Grammar::kDead;
-  testing.def("time_mask_steps", &time_mask_steps, py::arg("grammar"), py::arg("token_ids"),
-              py::arg("passes") = 10, py::call_guard<py::gil_scoped_release>(),
+  testing.def("time_mask_steps", &time_mask_steps, py::arg("grammar"), py::arg("token_ids"), py::arg("passes") = 10,
+              py::call_guard<py::gil_scoped_release>(),
               "Benchmark hook (bench/grammar_mask.py): decode-step mask cost measured in C++.");
-  cls.def_static("escape", [](const std::string& s) { return grammar::escape_literal(s); }, py::arg("literal"),
-                 "Pattern text matching exactly `literal` (str as UTF-8, or bytes).");
-  cls.def_static("digits",
-                 [](int min_len, std::optional<int> max_len) { return compile(grammar::digits_pattern(min_len, max_len)); },
-                 py::arg("min_len") = 1, py::arg("max_len") = py::none(),
-                 "Only ASCII digits, between min_len and max_len of them (no upper bound when None).");
-  cls.def_static("choice",
-                 [](const std::vector<std::string>& options) { return compile(grammar::choice_pattern(options)); },
-                 py::arg("options"), "Exactly one of `options` (str as UTF-8, or bytes), taken literally.");
-  cls.def_static("json_object",
-                 [](const py::dict& fields) { return compile(grammar::json_pattern(to_shape(fields, "$"))); },
-                 py::arg("fields"), R"doc(
+  cls.def_static(
+      "escape", [](const std::string& s) { return grammar::escape_literal(s); }, py::arg("literal"),
+      "Pattern text matching exactly `literal` (str as UTF-8, or bytes).");
+  cls.def_static(
+      "digits",
+      [](int min_len, std::optional<int> max_len) { return compile(grammar::digits_pattern(min_len, max_len)); },
+      py::arg("min_len") = 1, py::arg("max_len") = py::none(),
+      "Only ASCII digits, between min_len and max_len of them (no upper bound when None).");
+  cls.def_static(
+      "choice", [](const std::vector<std::string>& options) { return compile(grammar::choice_pattern(options)); },
+      py::arg("options"), "Exactly one of `options` (str as UTF-8, or bytes), taken literally.");
+  cls.def_static(
+      "json_object", [](const py::dict& fields) { return compile(grammar::json_pattern(to_shape(fields, "$"))); },
+      py::arg("fields"), R"doc(
 A JSON object with exactly these keys in this order, e.g.
 {"name": "string", "age": "integer", "tags": ["string"], "pos": {"x": "number"}}.
 Types: "string", "integer", "number", "boolean", "null", a dict (nested object) or a

@@ -36,14 +36,13 @@ py::dict config_dict(const Engine& e) {
 }
 
 runtime::GenerateRequest make_request(const Engine& e, const py::object& prompt, int64_t max_tokens,
-                                      std::optional<int64_t> loops, double temperature, int64_t top_k,
-                                      double top_p, int64_t cache_window, double repetition_penalty,
-                                      const py::object& stop_sequences, std::optional<uint64_t> seed,
-                                      bool stop_at_eos) {
+                                      std::optional<int64_t> loops, double temperature, int64_t top_k, double top_p,
+                                      int64_t cache_window, double repetition_penalty, const py::object& stop_sequences,
+                                      std::optional<uint64_t> seed, bool stop_at_eos) {
   runtime::GenerateRequest r;
   r.prompt = to_ids(prompt, "prompt");
-  fill_request(r, max_tokens, loops, temperature, top_k, top_p, cache_window, repetition_penalty,
-               stop_sequences, seed, stop_at_eos);
+  fill_request(r, max_tokens, loops, temperature, top_k, top_p, cache_window, repetition_penalty, stop_sequences, seed,
+               stop_at_eos);
   return r;
 }
 
@@ -72,200 +71,210 @@ Model(path, max_seq_len=None, kv_mode=None, quant_activations=None, fp16_body=No
 Use as a context manager or call close(); any call after close() raises RuntimeError.
 One Model may be used from several Python threads at once (the GIL is released during compute).
 )doc";
-  cls.def(py::init<const std::string&, std::optional<int64_t>, std::optional<std::string>,
-                    std::optional<std::string>, std::optional<bool>, bool>(),
-           py::arg("path"), py::arg("max_seq_len") = py::none(), py::arg("kv_mode") = py::none(),
-           py::arg("quant_activations") = py::none(), py::arg("fp16_body") = py::none(),
-           py::arg("use_mmap") = true)
+  cls.def(py::init<const std::string&, std::optional<int64_t>, std::optional<std::string>, std::optional<std::string>,
+                   std::optional<bool>, bool>(),
+          py::arg("path"), py::arg("max_seq_len") = py::none(), py::arg("kv_mode") = py::none(),
+          py::arg("quant_activations") = py::none(), py::arg("fp16_body") = py::none(), py::arg("use_mmap") = true)
       .def("close", &PyModel::close, "Release the model. Later calls raise RuntimeError.")
       .def_property_readonly("closed", &PyModel::closed)
-      .def("__enter__", [](std::shared_ptr<PyModel> self) { self->engine(); return self; })
-      .def("__exit__", [](PyModel& self, py::object, py::object, py::object) { self.close(); return false; })
+      .def("__enter__",
+           [](std::shared_ptr<PyModel> self) {
+             self->engine();
+             return self;
+           })
+      .def("__exit__",
+           [](PyModel& self, py::object, py::object, py::object) {
+             self.close();
+             return false;
+           })
       .def_property_readonly("max_seq_len", [](const PyModel& self) { return self.engine()->max_seq_len(); })
-      .def("config", [](const PyModel& self) { return config_dict(*self.engine()); },
-           "The model config as a dict (dim, vocab_size, n_heads, ..., default_loops, max_seq_len).")
-      .def("vram_usage_mb", [](const PyModel& self) { return self.engine()->memory_mb(); },
-           "Bytes the model holds on its backend (host memory on CPU), in MiB: weights + live caches + workspace.")
-      .def("tokenizer_json", [](const PyModel& self) { return self.engine()->model().file().tokenizer_json(); },
-           "The embedded Hugging Face tokenizer.json text ('' when the file has none).")
-      .def("score",
-           [](const PyModel& self, const py::object& prompt, std::optional<int64_t> loops,
-              const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
-              std::optional<int64_t> exit_gate_step) {
-             auto e = self.engine();
-             auto ids = to_ids(prompt, "prompt");
-             const auto gate = runtime::resolve_gate(e->config(), gate_request(exit_gate, exit_gate_threshold,
-                                                                               exit_gate_step), {});
-             std::vector<float> logits;
-             {
-               py::gil_scoped_release nogil;
-               logits = gate.enabled() ? runtime::score_exit_gate(*e, ids, loops, gate) : e->score(ids, loops);
-             }
-             const auto T = static_cast<py::ssize_t>(ids.size());
-             return to_numpy(std::move(logits), {T, static_cast<py::ssize_t>(e->config().vocab_size)});
-           },
-           py::arg("prompt"), py::arg("loops") = py::none(), py::arg("exit_gate") = py::none(),
-           py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
-           "Logits of every position: float32 [seq_len, vocab_size]. On a model with an exit gate\n"
-           "(Ouro) each row follows the gate's rule (exit_gate: 'off' | 'threshold' | 'step' |\n"
-           "'weighted'; None = the model file's config; docs/loop-depth.md, \"Exit gate\").")
-      .def("score_last",
-           [](const PyModel& self, const py::object& prompt, std::optional<int64_t> loops,
-              const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
-              std::optional<int64_t> exit_gate_step) {
-             auto e = self.engine();
-             auto ids = to_ids(prompt, "prompt");
-             const auto gate = runtime::resolve_gate(e->config(), gate_request(exit_gate, exit_gate_threshold,
-                                                                               exit_gate_step), {});
-             const int64_t V = e->config().vocab_size;
-             std::vector<float> logits;
-             {
-               py::gil_scoped_release nogil;
-               if (gate.enabled()) {
-                 logits = runtime::score_exit_gate(*e, ids, loops, gate);
-                 logits.erase(logits.begin(), logits.end() - V);
-               } else {
-                 logits = e->score_last(ids, loops);
-               }
-             }
-             return to_numpy(std::move(logits), {static_cast<py::ssize_t>(V)});
-           },
-           py::arg("prompt"), py::arg("loops") = py::none(), py::arg("exit_gate") = py::none(),
-           py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
-           "Logits of the last position: float32 [vocab_size] (the exit gate as in score()).")
-      .def("generate",
-           [](const PyModel& self, const py::object& prompt, int64_t max_tokens, std::optional<int64_t> loops,
-              double temperature, int64_t top_k, double top_p, int64_t cache_window, double repetition_penalty,
-              const py::object& stop_sequences, int64_t early_exit_patience, int64_t early_exit_min_L,
-              double early_exit_tau, int64_t early_exit_peek_every, double early_exit_logit_margin,
-              int64_t beam_size, double length_penalty, bool early_stopping, const py::object& grammar,
-              const py::object& seed, bool stop_at_eos, int64_t kv_loop_slots, double init_scale,
-              const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
-              std::optional<int64_t> exit_gate_step, const std::optional<std::string>& exit_gate_kv) {
-             auto e = self.engine();
-             const auto beam = beam_params(beam_size, length_penalty, early_stopping);
-             auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
-                                     repetition_penalty, stop_sequences, to_seed(seed), stop_at_eos);
-             req.grammar = to_grammar(grammar);
-             req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
-                                                early_exit_peek_every, early_exit_logit_margin);
-             req.kv_loop_slots = kv_loop_slots;
-             req.init_scale = init_scale;
-             req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step, exit_gate_kv);
-             if (beam.active() && req.exit_gate.any())
-               throw py::value_error("exit_gate: not supported with beam search (beam_size >= 2)");
-             runtime::GenerateResult res;
-             {
-               py::gil_scoped_release nogil;
-               res = beam.active() ? runtime::beam_generate(*e, req, beam) : runtime::generate(*e, req);
-             }
-             return res.tokens;
-           },
-           py::arg("prompt"), py::arg("max_tokens") = 64, py::arg("loops") = py::none(),
-           py::arg("temperature") = 0.0, py::arg("top_k") = 50, py::arg("top_p") = 1.0,
-           py::arg("cache_window") = 0, py::arg("repetition_penalty") = 1.0,
-           py::arg("stop_sequences") = py::list(), py::arg("early_exit_patience") = 0,
-           py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3,
-           py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
-           py::arg("beam_size") = 0, py::arg("length_penalty") = 1.0, py::arg("early_stopping") = true,
-           py::arg("grammar") = py::none(), py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
-           py::arg("kv_loop_slots") = 0, py::arg("init_scale") = 1.0, py::arg("exit_gate") = py::none(),
-           py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
-           py::arg("exit_gate_kv") = py::none(),
-           "Prefill the prompt, then decode up to max_tokens. Returns prompt + new tokens (List[int]).\n"
-           "beam_size >= 2: deterministic beam search (docs/beam-search.md); final beams ranked by\n"
-           "log_prob / max(1, new_len)^length_penalty; early_stopping returns once the top-ranked beam ended.\n"
-           "kv_loop_slots = B > 0: recurrence-shared KV (docs/kv-cache.md), B slot groups for the loop\n"
-           "iterations (iteration i in group i mod B), so cache memory stops growing with loops; 0 = exact.\n"
-           "early_exit_patience > 0 enables decode-time early exit (docs/loop-depth.md): after early_exit_min_L\n"
-           "iterations, a probe every early_exit_peek_every iterations; stable when ||s_i - s_{i-1}|| / ||s_i|| <\n"
-           "early_exit_tau, or (early_exit_logit_margin > 0) when top1 - top2 of the logits read out of s_i >\n"
-           "the margin; a token stops after early_exit_patience consecutive stable probes.\n"
-           "init_scale multiplies the std of a random initial loop state (Huginn; 0 = the zero state).\n"
-           "A model converted from Huginn draws that state per call from seed (fresh without one),\n"
-           "as its reference does (docs/loop-depth.md \"Random initial state\").\n"
-           "exit_gate ('off' | 'threshold' | 'step' | 'weighted'), exit_gate_threshold, exit_gate_step: Ouro's\n"
-           "learned exit gate (docs/loop-depth.md, \"Exit gate\"); None = the model file's config.\n"
-           "exit_gate_kv: 'latest' (default) stops a decoded token's loop at its exit and fills the skipped\n"
-           "KV slots from its last computed loop; 'full' runs every loop as the reference (no saving).")
-      .def("generate_stream",
-           [](const PyModel& self, const py::object& prompt, const py::object& on_token, int64_t max_tokens,
-              std::optional<int64_t> loops, double temperature, int64_t top_k, double top_p,
-              int64_t cache_window, double repetition_penalty, const py::object& stop_sequences,
-              int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
-              int64_t early_exit_peek_every, double early_exit_logit_margin, const py::object& seed,
-              bool stop_at_eos, const py::object& grammar, int64_t beam_size, double length_penalty,
-              bool early_stopping, int64_t kv_loop_slots, double init_scale,
-              const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
-              std::optional<int64_t> exit_gate_step, const std::optional<std::string>& exit_gate_kv) {
-             auto e = self.engine();
-             if (!PyCallable_Check(on_token.ptr())) throw py::value_error("on_token must be callable");
-             const auto beam = beam_params(beam_size, length_penalty, early_stopping);
-             auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
-                                     repetition_penalty, stop_sequences, to_seed(seed), stop_at_eos);
-             req.grammar = to_grammar(grammar);
-             req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
-                                                early_exit_peek_every, early_exit_logit_margin);
-             req.kv_loop_slots = kv_loop_slots;
-             req.init_scale = init_scale;
-             req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step, exit_gate_kv);
-             if (beam.active() && req.exit_gate.any())
-               throw py::value_error("exit_gate: not supported with beam search (beam_size >= 2)");
-             // A Python exception in the callback stops generation and is re-raised here,
-             // unchanged (one raised by the returned value's __bool__ too). The callback
-             // returns a bool, None (= go on), or a number-like value with a truth value
-             // (numpy.bool_, int); anything else (a str, a list) is a TypeError naming on_token.
-             std::exception_ptr callback_error;
-             auto cb = [&](int32_t tok) -> bool {
-               py::gil_scoped_acquire gil;
-               try {
-                 py::object r = on_token(tok);
-                 if (r.is_none()) return true;
-                 const PyNumberMethods* nm = Py_TYPE(r.ptr())->tp_as_number;
-                 if (!nm || !nm->nb_bool)
-                   throw py::type_error("on_token must return a bool (or None to go on), got " +
-                                        std::string(Py_TYPE(r.ptr())->tp_name));
-                 const int truth = PyObject_IsTrue(r.ptr());
-                 if (truth < 0) throw py::error_already_set();
-                 return truth == 1;
-               } catch (...) {
-                 callback_error = std::current_exception();
-                 return false;
-               }
-             };
-             runtime::GenerateResult res;
-             {
-               py::gil_scoped_release nogil;
-               // Beam search streams the winning beam once the search is over.
-               res = beam.active() ? runtime::beam_generate(*e, req, beam, cb) : runtime::generate(*e, req, cb);
-             }
-             if (callback_error) std::rethrow_exception(callback_error);
-             return stream_result(res);
-           },
-           py::arg("prompt"), py::arg("on_token"), py::arg("max_tokens") = 64, py::arg("loops") = py::none(),
-           py::arg("temperature") = 0.0, py::arg("top_k") = 50, py::arg("top_p") = 1.0,
-           py::arg("cache_window") = 0, py::arg("repetition_penalty") = 1.0,
-           py::arg("stop_sequences") = py::list(), py::arg("early_exit_patience") = 0,
-           py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3,
-           py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
-           py::arg("seed") = py::none(), py::arg("stop_at_eos") = true, py::arg("grammar") = py::none(),
-           py::arg("beam_size") = 0, py::arg("length_penalty") = 1.0, py::arg("early_stopping") = true,
-           py::arg("kv_loop_slots") = 0, py::arg("init_scale") = 1.0, py::arg("exit_gate") = py::none(),
-           py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
-           py::arg("exit_gate_kv") = py::none(),
-           "generate() with on_token(tok) -> bool called per token (False stops after it). Returns a dict:\n"
-           "(with beam_size >= 2 on_token receives the winning beam's tokens after the search.)\n"
-           "tokens, prefill_ms, first_token_ms, decode_steady_ms, tokens_emitted, loops_per_token (the loop\n"
-           "depth behind each emitted token; early exit lowers it), mean_loops (their mean).");
+      .def(
+          "config", [](const PyModel& self) { return config_dict(*self.engine()); },
+          "The model config as a dict (dim, vocab_size, n_heads, ..., default_loops, max_seq_len).")
+      .def(
+          "vram_usage_mb", [](const PyModel& self) { return self.engine()->memory_mb(); },
+          "Bytes the model holds on its backend (host memory on CPU), in MiB: weights + live caches + workspace.")
+      .def(
+          "tokenizer_json", [](const PyModel& self) { return self.engine()->model().file().tokenizer_json(); },
+          "The embedded Hugging Face tokenizer.json text ('' when the file has none).")
+      .def(
+          "score",
+          [](const PyModel& self, const py::object& prompt, std::optional<int64_t> loops,
+             const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
+             std::optional<int64_t> exit_gate_step) {
+            auto e = self.engine();
+            auto ids = to_ids(prompt, "prompt");
+            const auto gate =
+                runtime::resolve_gate(e->config(), gate_request(exit_gate, exit_gate_threshold, exit_gate_step), {});
+            std::vector<float> logits;
+            {
+              py::gil_scoped_release nogil;
+              logits = gate.enabled() ? runtime::score_exit_gate(*e, ids, loops, gate) : e->score(ids, loops);
+            }
+            const auto T = static_cast<py::ssize_t>(ids.size());
+            return to_numpy(std::move(logits), {T, static_cast<py::ssize_t>(e->config().vocab_size)});
+          },
+          py::arg("prompt"), py::arg("loops") = py::none(), py::arg("exit_gate") = py::none(),
+          py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
+          "Logits of every position: float32 [seq_len, vocab_size]. On a model with an exit gate\n"
+          "(Ouro) each row follows the gate's rule (exit_gate: 'off' | 'threshold' | 'step' |\n"
+          "'weighted'; None = the model file's config; docs/loop-depth.md, \"Exit gate\").")
+      .def(
+          "score_last",
+          [](const PyModel& self, const py::object& prompt, std::optional<int64_t> loops,
+             const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
+             std::optional<int64_t> exit_gate_step) {
+            auto e = self.engine();
+            auto ids = to_ids(prompt, "prompt");
+            const auto gate =
+                runtime::resolve_gate(e->config(), gate_request(exit_gate, exit_gate_threshold, exit_gate_step), {});
+            const int64_t V = e->config().vocab_size;
+            std::vector<float> logits;
+            {
+              py::gil_scoped_release nogil;
+              if (gate.enabled()) {
+                logits = runtime::score_exit_gate(*e, ids, loops, gate);
+                logits.erase(logits.begin(), logits.end() - V);
+              } else {
+                logits = e->score_last(ids, loops);
+              }
+            }
+            return to_numpy(std::move(logits), {static_cast<py::ssize_t>(V)});
+          },
+          py::arg("prompt"), py::arg("loops") = py::none(), py::arg("exit_gate") = py::none(),
+          py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
+          "Logits of the last position: float32 [vocab_size] (the exit gate as in score()).")
+      .def(
+          "generate",
+          [](const PyModel& self, const py::object& prompt, int64_t max_tokens, std::optional<int64_t> loops,
+             double temperature, int64_t top_k, double top_p, int64_t cache_window, double repetition_penalty,
+             const py::object& stop_sequences, int64_t early_exit_patience, int64_t early_exit_min_L,
+             double early_exit_tau, int64_t early_exit_peek_every, double early_exit_logit_margin, int64_t beam_size,
+             double length_penalty, bool early_stopping, const py::object& grammar, const py::object& seed,
+             bool stop_at_eos, int64_t kv_loop_slots, double init_scale, const std::optional<std::string>& exit_gate,
+             std::optional<double> exit_gate_threshold, std::optional<int64_t> exit_gate_step,
+             const std::optional<std::string>& exit_gate_kv) {
+            auto e = self.engine();
+            const auto beam = beam_params(beam_size, length_penalty, early_stopping);
+            auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
+                                    repetition_penalty, stop_sequences, to_seed(seed), stop_at_eos);
+            req.grammar = to_grammar(grammar);
+            req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
+                                               early_exit_peek_every, early_exit_logit_margin);
+            req.kv_loop_slots = kv_loop_slots;
+            req.init_scale = init_scale;
+            req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step, exit_gate_kv);
+            if (beam.active() && req.exit_gate.any())
+              throw py::value_error("exit_gate: not supported with beam search (beam_size >= 2)");
+            runtime::GenerateResult res;
+            {
+              py::gil_scoped_release nogil;
+              res = beam.active() ? runtime::beam_generate(*e, req, beam) : runtime::generate(*e, req);
+            }
+            return res.tokens;
+          },
+          py::arg("prompt"), py::arg("max_tokens") = 64, py::arg("loops") = py::none(), py::arg("temperature") = 0.0,
+          py::arg("top_k") = 50, py::arg("top_p") = 1.0, py::arg("cache_window") = 0,
+          py::arg("repetition_penalty") = 1.0, py::arg("stop_sequences") = py::list(),
+          py::arg("early_exit_patience") = 0, py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3,
+          py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0, py::arg("beam_size") = 0,
+          py::arg("length_penalty") = 1.0, py::arg("early_stopping") = true, py::arg("grammar") = py::none(),
+          py::arg("seed") = py::none(), py::arg("stop_at_eos") = true, py::arg("kv_loop_slots") = 0,
+          py::arg("init_scale") = 1.0, py::arg("exit_gate") = py::none(), py::arg("exit_gate_threshold") = py::none(),
+          py::arg("exit_gate_step") = py::none(), py::arg("exit_gate_kv") = py::none(),
+          "Prefill the prompt, then decode up to max_tokens. Returns prompt + new tokens (List[int]).\n"
+          "beam_size >= 2: deterministic beam search (docs/beam-search.md); final beams ranked by\n"
+          "log_prob / max(1, new_len)^length_penalty; early_stopping returns once the top-ranked beam ended.\n"
+          "kv_loop_slots = B > 0: recurrence-shared KV (docs/kv-cache.md), B slot groups for the loop\n"
+          "iterations (iteration i in group i mod B), so cache memory stops growing with loops; 0 = exact.\n"
+          "early_exit_patience > 0 enables decode-time early exit (docs/loop-depth.md): after early_exit_min_L\n"
+          "iterations, a probe every early_exit_peek_every iterations; stable when ||s_i - s_{i-1}|| / ||s_i|| <\n"
+          "early_exit_tau, or (early_exit_logit_margin > 0) when top1 - top2 of the logits read out of s_i >\n"
+          "the margin; a token stops after early_exit_patience consecutive stable probes.\n"
+          "init_scale multiplies the std of a random initial loop state (Huginn; 0 = the zero state).\n"
+          "A model converted from Huginn draws that state per call from seed (fresh without one),\n"
+          "as its reference does (docs/loop-depth.md \"Random initial state\").\n"
+          "exit_gate ('off' | 'threshold' | 'step' | 'weighted'), exit_gate_threshold, exit_gate_step: Ouro's\n"
+          "learned exit gate (docs/loop-depth.md, \"Exit gate\"); None = the model file's config.\n"
+          "exit_gate_kv: 'latest' (default) stops a decoded token's loop at its exit and fills the skipped\n"
+          "KV slots from its last computed loop; 'full' runs every loop as the reference (no saving).")
+      .def(
+          "generate_stream",
+          [](const PyModel& self, const py::object& prompt, const py::object& on_token, int64_t max_tokens,
+             std::optional<int64_t> loops, double temperature, int64_t top_k, double top_p, int64_t cache_window,
+             double repetition_penalty, const py::object& stop_sequences, int64_t early_exit_patience,
+             int64_t early_exit_min_L, double early_exit_tau, int64_t early_exit_peek_every,
+             double early_exit_logit_margin, const py::object& seed, bool stop_at_eos, const py::object& grammar,
+             int64_t beam_size, double length_penalty, bool early_stopping, int64_t kv_loop_slots, double init_scale,
+             const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
+             std::optional<int64_t> exit_gate_step, const std::optional<std::string>& exit_gate_kv) {
+            auto e = self.engine();
+            if (!PyCallable_Check(on_token.ptr())) throw py::value_error("on_token must be callable");
+            const auto beam = beam_params(beam_size, length_penalty, early_stopping);
+            auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
+                                    repetition_penalty, stop_sequences, to_seed(seed), stop_at_eos);
+            req.grammar = to_grammar(grammar);
+            req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
+                                               early_exit_peek_every, early_exit_logit_margin);
+            req.kv_loop_slots = kv_loop_slots;
+            req.init_scale = init_scale;
+            req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step, exit_gate_kv);
+            if (beam.active() && req.exit_gate.any())
+              throw py::value_error("exit_gate: not supported with beam search (beam_size >= 2)");
+            // A Python exception in the callback stops generation and is re-raised here,
+            // unchanged (one raised by the returned value's __bool__ too). The callback
+            // returns a bool, None (= go on), or a number-like value with a truth value
+            // (numpy.bool_, int); anything else (a str, a list) is a TypeError naming on_token.
+            std::exception_ptr callback_error;
+            auto cb = [&](int32_t tok) -> bool {
+              py::gil_scoped_acquire gil;
+              try {
+                py::object r = on_token(tok);
+                if (r.is_none()) return true;
+                const PyNumberMethods* nm = Py_TYPE(r.ptr())->tp_as_number;
+                if (!nm || !nm->nb_bool)
+                  throw py::type_error("on_token must return a bool (or None to go on), got " +
+                                       std::string(Py_TYPE(r.ptr())->tp_name));
+                const int truth = PyObject_IsTrue(r.ptr());
+                if (truth < 0) throw py::error_already_set();
+                return truth == 1;
+              } catch (...) {
+                callback_error = std::current_exception();
+                return false;
+              }
+            };
+            runtime::GenerateResult res;
+            {
+              py::gil_scoped_release nogil;
+              // Beam search streams the winning beam once the search is over.
+              res = beam.active() ? runtime::beam_generate(*e, req, beam, cb) : runtime::generate(*e, req, cb);
+            }
+            if (callback_error) std::rethrow_exception(callback_error);
+            return stream_result(res);
+          },
+          py::arg("prompt"), py::arg("on_token"), py::arg("max_tokens") = 64, py::arg("loops") = py::none(),
+          py::arg("temperature") = 0.0, py::arg("top_k") = 50, py::arg("top_p") = 1.0, py::arg("cache_window") = 0,
+          py::arg("repetition_penalty") = 1.0, py::arg("stop_sequences") = py::list(),
+          py::arg("early_exit_patience") = 0, py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3,
+          py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0, py::arg("seed") = py::none(),
+          py::arg("stop_at_eos") = true, py::arg("grammar") = py::none(), py::arg("beam_size") = 0,
+          py::arg("length_penalty") = 1.0, py::arg("early_stopping") = true, py::arg("kv_loop_slots") = 0,
+          py::arg("init_scale") = 1.0, py::arg("exit_gate") = py::none(), py::arg("exit_gate_threshold") = py::none(),
+          py::arg("exit_gate_step") = py::none(), py::arg("exit_gate_kv") = py::none(),
+          "generate() with on_token(tok) -> bool called per token (False stops after it). Returns a dict:\n"
+          "(with beam_size >= 2 on_token receives the winning beam's tokens after the search.)\n"
+          "tokens, prefill_ms, first_token_ms, decode_steady_ms, tokens_emitted, loops_per_token (the loop\n"
+          "depth behind each emitted token; early exit lowers it), mean_loops (their mean).");
 
-  m.def("load",
-        [](const std::string& path, std::optional<int64_t> max_seq_len, std::optional<std::string> kv_mode,
-           std::optional<std::string> quant_activations, std::optional<bool> fp16_body, bool use_mmap) {
-          return std::make_shared<PyModel>(path, max_seq_len, kv_mode, quant_activations, fp16_body, use_mmap);
-        },
-        py::arg("path"), py::arg("max_seq_len") = py::none(), py::arg("kv_mode") = py::none(),
-        py::arg("quant_activations") = py::none(), py::arg("fp16_body") = py::none(), py::arg("use_mmap") = true,
-        "Alias of Model(path, ...).");
+  m.def(
+      "load",
+      [](const std::string& path, std::optional<int64_t> max_seq_len, std::optional<std::string> kv_mode,
+         std::optional<std::string> quant_activations, std::optional<bool> fp16_body, bool use_mmap) {
+        return std::make_shared<PyModel>(path, max_seq_len, kv_mode, quant_activations, fp16_body, use_mmap);
+      },
+      py::arg("path"), py::arg("max_seq_len") = py::none(), py::arg("kv_mode") = py::none(),
+      py::arg("quant_activations") = py::none(), py::arg("fp16_body") = py::none(), py::arg("use_mmap") = true,
+      "Alias of Model(path, ...).");
 }
 
 }  // namespace tinyloop::py_bind

@@ -75,8 +75,7 @@ class QueueSink : public runtime::RequestSink {
   // Tokens that arrived since the last call, without waiting.
   std::vector<int32_t> poll() {
     uint64_t v;
-    while (read(fd_, &v, sizeof v) > 0) {
-    }
+    while (read(fd_, &v, sizeof v) > 0) {}
     std::lock_guard<std::mutex> l(mu_);
     std::vector<int32_t> out(queue_.begin(), queue_.end());
     queue_.clear();
@@ -93,8 +92,7 @@ class QueueSink : public runtime::RequestSink {
   // poll() with each token's loop depth and log-probabilities.
   std::vector<Detail> poll_detail() {
     uint64_t v;
-    while (read(fd_, &v, sizeof v) > 0) {
-    }
+    while (read(fd_, &v, sizeof v) > 0) {}
     std::lock_guard<std::mutex> l(mu_);
     std::vector<Detail> out;
     for (size_t i = 0; i < queue_.size(); ++i)
@@ -135,7 +133,7 @@ class QueueSink : public runtime::RequestSink {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<int32_t> queue_;
-  std::deque<int64_t> depth_queue_;              // beside queue_: loops behind each token
+  std::deque<int64_t> depth_queue_;  // beside queue_: loops behind each token
   std::deque<runtime::TokenLogprobs> lp_queue_;  // beside queue_ when the request wants logprobs
   RequestResult result_;
   bool done_ = false;
@@ -189,22 +187,20 @@ const char* openai_reason(FinishReason r) {
   }
 }
 
-PySamplingParams make_params(int64_t max_tokens, std::optional<int64_t> loops, double temperature,
-                             int64_t top_k, double top_p, int64_t cache_window, double repetition_penalty,
-                             const py::object& stop_sequences, int64_t early_exit_patience,
-                             int64_t early_exit_min_L, double early_exit_tau, int64_t early_exit_peek_every,
-                             double early_exit_logit_margin, const py::object& grammar,
-                             std::optional<uint64_t> seed, bool stop_at_eos, int64_t kv_loop_slots,
-                             double timeout_s, double presence_penalty, double frequency_penalty,
+PySamplingParams make_params(int64_t max_tokens, std::optional<int64_t> loops, double temperature, int64_t top_k,
+                             double top_p, int64_t cache_window, double repetition_penalty,
+                             const py::object& stop_sequences, int64_t early_exit_patience, int64_t early_exit_min_L,
+                             double early_exit_tau, int64_t early_exit_peek_every, double early_exit_logit_margin,
+                             const py::object& grammar, std::optional<uint64_t> seed, bool stop_at_eos,
+                             int64_t kv_loop_slots, double timeout_s, double presence_penalty, double frequency_penalty,
                              std::optional<int64_t> logprobs, double init_scale,
                              const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
-                             std::optional<int64_t> exit_gate_step,
-                             const std::optional<std::string>& exit_gate_kv) {
+                             std::optional<int64_t> exit_gate_step, const std::optional<std::string>& exit_gate_kv) {
   PySamplingParams p;
-  fill_request(p.req, max_tokens, loops, temperature, top_k, top_p, cache_window, repetition_penalty,
-               stop_sequences, seed, stop_at_eos);
-  p.req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
-                                       early_exit_peek_every, early_exit_logit_margin);
+  fill_request(p.req, max_tokens, loops, temperature, top_k, top_p, cache_window, repetition_penalty, stop_sequences,
+               seed, stop_at_eos);
+  p.req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau, early_exit_peek_every,
+                                       early_exit_logit_margin);
   p.req.kv_loop_slots = kv_loop_slots;
   p.req.init_scale = init_scale;
   p.req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step, exit_gate_kv);
@@ -215,8 +211,8 @@ PySamplingParams make_params(int64_t max_tokens, std::optional<int64_t> loops, d
   p.req.sampling.frequency_penalty = static_cast<float>(frequency_penalty);
   if (logprobs) {
     if (*logprobs < 0 || *logprobs > runtime::kMaxTopLogprobs)
-      throw py::value_error("logprobs must be in [0, " + std::to_string(runtime::kMaxTopLogprobs) +
-                            "] or None, got " + std::to_string(*logprobs));
+      throw py::value_error("logprobs must be in [0, " + std::to_string(runtime::kMaxTopLogprobs) + "] or None, got " +
+                            std::to_string(*logprobs));
     p.req.logprobs = static_cast<int>(*logprobs);
   }
   if (!grammar.is_none()) {
@@ -229,8 +225,7 @@ PySamplingParams make_params(int64_t max_tokens, std::optional<int64_t> loops, d
   // What can be checked without a model, now (the rest at submit).
   if (max_tokens < 1) throw py::value_error("max_tokens must be >= 1, got " + std::to_string(max_tokens));
   if (loops && (*loops < 1 || *loops > kMaxLoops))
-    throw py::value_error("loops must be in [1, " + std::to_string(kMaxLoops) + "], got " +
-                          std::to_string(*loops));
+    throw py::value_error("loops must be in [1, " + std::to_string(kMaxLoops) + "], got " + std::to_string(*loops));
   if (cache_window < 0) throw py::value_error("cache_window must be >= 0, got " + std::to_string(cache_window));
   if (kv_loop_slots < 0) throw py::value_error("kv_loop_slots must be >= 0, got " + std::to_string(kv_loop_slots));
   if (!(timeout_s >= 0) || timeout_s > 1e9)
@@ -245,8 +240,7 @@ py::object params_arg(const py::object& params, const py::kwargs& kwargs) {
   if (!params.is_none() && kwargs.size() > 0)
     throw py::value_error("pass either params=SamplingParams(...) or keyword arguments, not both");
   if (!params.is_none()) {
-    if (!py::isinstance<PySamplingParams>(params))
-      throw py::value_error("params must be a tinyloop_py.SamplingParams");
+    if (!py::isinstance<PySamplingParams>(params)) throw py::value_error("params must be a tinyloop_py.SamplingParams");
     return params;
   }
   return py::module_::import("tinyloop_py").attr("SamplingParams")(**kwargs);
@@ -307,90 +301,114 @@ temperature; RequestOutput.logprobs, RequestHandle.poll_detail()) and init_scale
 the rest (token ids, loops against the KV budget, grammar vocabulary) at submit. Every
 attribute can be read and set.)doc")
       .def(py::init(&make_params), py::kw_only(), py::arg("max_tokens") = 64, py::arg("loops") = py::none(),
-           py::arg("temperature") = 0.0, py::arg("top_k") = 50, py::arg("top_p") = 1.0,
-           py::arg("cache_window") = 0, py::arg("repetition_penalty") = 1.0,
-           py::arg("stop_sequences") = py::none(), py::arg("early_exit_patience") = 0,
-           py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3,
+           py::arg("temperature") = 0.0, py::arg("top_k") = 50, py::arg("top_p") = 1.0, py::arg("cache_window") = 0,
+           py::arg("repetition_penalty") = 1.0, py::arg("stop_sequences") = py::none(),
+           py::arg("early_exit_patience") = 0, py::arg("early_exit_min_L") = 2, py::arg("early_exit_tau") = 1e-3,
            py::arg("early_exit_peek_every") = 1, py::arg("early_exit_logit_margin") = 0.0,
            py::arg("grammar") = py::none(), py::arg("seed") = py::none(), py::arg("stop_at_eos") = true,
            py::arg("kv_loop_slots") = 0, py::arg("timeout") = 0.0, py::arg("presence_penalty") = 0.0,
-           py::arg("frequency_penalty") = 0.0, py::arg("logprobs") = py::none(),
-           py::arg("init_scale") = 1.0, py::arg("exit_gate") = py::none(),
-           py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
-           py::arg("exit_gate_kv") = py::none())
-      .def_property("max_tokens", [](const PySamplingParams& p) { return p.req.max_tokens; },
-                    [](PySamplingParams& p, int64_t v) { p.req.max_tokens = v; })
-      .def_property("loops", [](const PySamplingParams& p) { return p.req.loops; },
-                    [](PySamplingParams& p, std::optional<int64_t> v) { p.req.loops = v; })
-      .def_property("temperature", [](const PySamplingParams& p) { return p.req.sampling.temperature; },
-                    [](PySamplingParams& p, float v) { p.req.sampling.temperature = v; })
-      .def_property("top_k", [](const PySamplingParams& p) { return p.req.sampling.top_k; },
-                    [](PySamplingParams& p, int v) { p.req.sampling.top_k = v; })
-      .def_property("top_p", [](const PySamplingParams& p) { return p.req.sampling.top_p; },
-                    [](PySamplingParams& p, float v) { p.req.sampling.top_p = v; })
-      .def_property("repetition_penalty", [](const PySamplingParams& p) { return p.req.sampling.repetition_penalty; },
-                    [](PySamplingParams& p, float v) { p.req.sampling.repetition_penalty = v; })
-      .def_property("cache_window", [](const PySamplingParams& p) { return p.req.cache_window; },
-                    [](PySamplingParams& p, int64_t v) { p.req.cache_window = v; })
-      .def_property("kv_loop_slots", [](const PySamplingParams& p) { return p.req.kv_loop_slots; },
-                    [](PySamplingParams& p, int64_t v) { p.req.kv_loop_slots = v; })
-      .def_property("init_scale", [](const PySamplingParams& p) { return p.req.init_scale; },
-                    [](PySamplingParams& p, double v) { p.req.init_scale = v; })
-      .def_property("exit_gate",
-                    [](const PySamplingParams& p) -> std::optional<std::string> {
-                      if (!p.req.exit_gate.mode) return std::nullopt;
-                      return std::string(runtime::gate_mode_name(*p.req.exit_gate.mode));
-                    },
-                    [](PySamplingParams& p, const std::optional<std::string>& v) {
-                      p.req.exit_gate.mode = v ? std::optional<ExitGateMode>(runtime::parse_gate_mode(*v)) : std::nullopt;
-                    })
-      .def_property("exit_gate_threshold", [](const PySamplingParams& p) { return p.req.exit_gate.threshold; },
-                    [](PySamplingParams& p, std::optional<double> v) { p.req.exit_gate.threshold = v; })
-      .def_property("exit_gate_step", [](const PySamplingParams& p) { return p.req.exit_gate.step; },
-                    [](PySamplingParams& p, std::optional<int64_t> v) { p.req.exit_gate.step = v; })
-      .def_property("exit_gate_kv",
-                    [](const PySamplingParams& p) -> std::optional<std::string> {
-                      if (!p.req.exit_gate.full_kv) return std::nullopt;
-                      return std::string(*p.req.exit_gate.full_kv ? "full" : "latest");
-                    },
-                    [](PySamplingParams& p, const std::optional<std::string>& v) {
-                      p.req.exit_gate.full_kv = v ? std::optional<bool>(runtime::parse_gate_kv(*v)) : std::nullopt;
-                    })
-      .def_property("stop_sequences", [](const PySamplingParams& p) { return p.req.stop_sequences; },
-                    [](PySamplingParams& p, const py::object& v) { p.req.stop_sequences = to_stop_sequences(v); })
-      .def_property("seed", [](const PySamplingParams& p) { return p.req.seed; },
-                    [](PySamplingParams& p, std::optional<uint64_t> v) { p.req.seed = v; })
-      .def_property("stop_at_eos", [](const PySamplingParams& p) { return p.req.stop_at_eos; },
-                    [](PySamplingParams& p, bool v) { p.req.stop_at_eos = v; })
-      .def_property("early_exit_patience", [](const PySamplingParams& p) { return p.req.early_exit.patience; },
-                    [](PySamplingParams& p, int64_t v) { p.req.early_exit.patience = v; })
-      .def_property("early_exit_min_L", [](const PySamplingParams& p) { return p.req.early_exit.min_L; },
-                    [](PySamplingParams& p, int64_t v) { p.req.early_exit.min_L = v; })
-      .def_property("early_exit_tau", [](const PySamplingParams& p) { return p.req.early_exit.tau; },
-                    [](PySamplingParams& p, double v) { p.req.early_exit.tau = v; })
-      .def_property("early_exit_peek_every", [](const PySamplingParams& p) { return p.req.early_exit.peek_every; },
-                    [](PySamplingParams& p, int64_t v) { p.req.early_exit.peek_every = v; })
-      .def_property("early_exit_logit_margin", [](const PySamplingParams& p) { return p.req.early_exit.logit_margin; },
-                    [](PySamplingParams& p, double v) { p.req.early_exit.logit_margin = v; })
-      .def_property("grammar",
-                    [](const PySamplingParams& p) { return std::const_pointer_cast<grammar::Grammar>(p.req.grammar); },
-                    [](PySamplingParams& p, std::shared_ptr<grammar::Grammar> g) { p.req.grammar = std::move(g); })
-      .def_property("timeout", [](const PySamplingParams& p) { return p.timeout_s; },
-                    [](PySamplingParams& p, double v) { p.timeout_s = v; })
-      .def_property("presence_penalty", [](const PySamplingParams& p) { return p.req.sampling.presence_penalty; },
-                    [](PySamplingParams& p, float v) { p.req.sampling.presence_penalty = v; })
-      .def_property("frequency_penalty", [](const PySamplingParams& p) { return p.req.sampling.frequency_penalty; },
-                    [](PySamplingParams& p, float v) { p.req.sampling.frequency_penalty = v; })
-      .def_property("logprobs",
-                    [](const PySamplingParams& p) {
-                      return p.req.logprobs < 0 ? std::nullopt : std::optional<int>(p.req.logprobs);
-                    },
-                    [](PySamplingParams& p, std::optional<int> v) { p.req.logprobs = v ? *v : -1; })
+           py::arg("frequency_penalty") = 0.0, py::arg("logprobs") = py::none(), py::arg("init_scale") = 1.0,
+           py::arg("exit_gate") = py::none(), py::arg("exit_gate_threshold") = py::none(),
+           py::arg("exit_gate_step") = py::none(), py::arg("exit_gate_kv") = py::none())
+      .def_property(
+          "max_tokens", [](const PySamplingParams& p) { return p.req.max_tokens; },
+          [](PySamplingParams& p, int64_t v) { p.req.max_tokens = v; })
+      .def_property(
+          "loops", [](const PySamplingParams& p) { return p.req.loops; },
+          [](PySamplingParams& p, std::optional<int64_t> v) { p.req.loops = v; })
+      .def_property(
+          "temperature", [](const PySamplingParams& p) { return p.req.sampling.temperature; },
+          [](PySamplingParams& p, float v) { p.req.sampling.temperature = v; })
+      .def_property(
+          "top_k", [](const PySamplingParams& p) { return p.req.sampling.top_k; },
+          [](PySamplingParams& p, int v) { p.req.sampling.top_k = v; })
+      .def_property(
+          "top_p", [](const PySamplingParams& p) { return p.req.sampling.top_p; },
+          [](PySamplingParams& p, float v) { p.req.sampling.top_p = v; })
+      .def_property(
+          "repetition_penalty", [](const PySamplingParams& p) { return p.req.sampling.repetition_penalty; },
+          [](PySamplingParams& p, float v) { p.req.sampling.repetition_penalty = v; })
+      .def_property(
+          "cache_window", [](const PySamplingParams& p) { return p.req.cache_window; },
+          [](PySamplingParams& p, int64_t v) { p.req.cache_window = v; })
+      .def_property(
+          "kv_loop_slots", [](const PySamplingParams& p) { return p.req.kv_loop_slots; },
+          [](PySamplingParams& p, int64_t v) { p.req.kv_loop_slots = v; })
+      .def_property(
+          "init_scale", [](const PySamplingParams& p) { return p.req.init_scale; },
+          [](PySamplingParams& p, double v) { p.req.init_scale = v; })
+      .def_property(
+          "exit_gate",
+          [](const PySamplingParams& p) -> std::optional<std::string> {
+            if (!p.req.exit_gate.mode) return std::nullopt;
+            return std::string(runtime::gate_mode_name(*p.req.exit_gate.mode));
+          },
+          [](PySamplingParams& p, const std::optional<std::string>& v) {
+            p.req.exit_gate.mode = v ? std::optional<ExitGateMode>(runtime::parse_gate_mode(*v)) : std::nullopt;
+          })
+      .def_property(
+          "exit_gate_threshold", [](const PySamplingParams& p) { return p.req.exit_gate.threshold; },
+          [](PySamplingParams& p, std::optional<double> v) { p.req.exit_gate.threshold = v; })
+      .def_property(
+          "exit_gate_step", [](const PySamplingParams& p) { return p.req.exit_gate.step; },
+          [](PySamplingParams& p, std::optional<int64_t> v) { p.req.exit_gate.step = v; })
+      .def_property(
+          "exit_gate_kv",
+          [](const PySamplingParams& p) -> std::optional<std::string> {
+            if (!p.req.exit_gate.full_kv) return std::nullopt;
+            return std::string(*p.req.exit_gate.full_kv ? "full" : "latest");
+          },
+          [](PySamplingParams& p, const std::optional<std::string>& v) {
+            p.req.exit_gate.full_kv = v ? std::optional<bool>(runtime::parse_gate_kv(*v)) : std::nullopt;
+          })
+      .def_property(
+          "stop_sequences", [](const PySamplingParams& p) { return p.req.stop_sequences; },
+          [](PySamplingParams& p, const py::object& v) { p.req.stop_sequences = to_stop_sequences(v); })
+      .def_property(
+          "seed", [](const PySamplingParams& p) { return p.req.seed; },
+          [](PySamplingParams& p, std::optional<uint64_t> v) { p.req.seed = v; })
+      .def_property(
+          "stop_at_eos", [](const PySamplingParams& p) { return p.req.stop_at_eos; },
+          [](PySamplingParams& p, bool v) { p.req.stop_at_eos = v; })
+      .def_property(
+          "early_exit_patience", [](const PySamplingParams& p) { return p.req.early_exit.patience; },
+          [](PySamplingParams& p, int64_t v) { p.req.early_exit.patience = v; })
+      .def_property(
+          "early_exit_min_L", [](const PySamplingParams& p) { return p.req.early_exit.min_L; },
+          [](PySamplingParams& p, int64_t v) { p.req.early_exit.min_L = v; })
+      .def_property(
+          "early_exit_tau", [](const PySamplingParams& p) { return p.req.early_exit.tau; },
+          [](PySamplingParams& p, double v) { p.req.early_exit.tau = v; })
+      .def_property(
+          "early_exit_peek_every", [](const PySamplingParams& p) { return p.req.early_exit.peek_every; },
+          [](PySamplingParams& p, int64_t v) { p.req.early_exit.peek_every = v; })
+      .def_property(
+          "early_exit_logit_margin", [](const PySamplingParams& p) { return p.req.early_exit.logit_margin; },
+          [](PySamplingParams& p, double v) { p.req.early_exit.logit_margin = v; })
+      .def_property(
+          "grammar", [](const PySamplingParams& p) { return std::const_pointer_cast<grammar::Grammar>(p.req.grammar); },
+          [](PySamplingParams& p, std::shared_ptr<grammar::Grammar> g) { p.req.grammar = std::move(g); })
+      .def_property(
+          "timeout", [](const PySamplingParams& p) { return p.timeout_s; },
+          [](PySamplingParams& p, double v) { p.timeout_s = v; })
+      .def_property(
+          "presence_penalty", [](const PySamplingParams& p) { return p.req.sampling.presence_penalty; },
+          [](PySamplingParams& p, float v) { p.req.sampling.presence_penalty = v; })
+      .def_property(
+          "frequency_penalty", [](const PySamplingParams& p) { return p.req.sampling.frequency_penalty; },
+          [](PySamplingParams& p, float v) { p.req.sampling.frequency_penalty = v; })
+      .def_property(
+          "logprobs",
+          [](const PySamplingParams& p) {
+            return p.req.logprobs < 0 ? std::nullopt : std::optional<int>(p.req.logprobs);
+          },
+          [](PySamplingParams& p, std::optional<int> v) { p.req.logprobs = v ? *v : -1; })
       .def("__repr__", [](const PySamplingParams& p) {
         return "SamplingParams(max_tokens=" + std::to_string(p.req.max_tokens) +
                ", loops=" + (p.req.loops ? std::to_string(*p.req.loops) : std::string("None")) +
-               ", temperature=" + std::to_string(p.req.sampling.temperature) + ", top_k=" +
-               std::to_string(p.req.sampling.top_k) + ", top_p=" + std::to_string(p.req.sampling.top_p) + ")";
+               ", temperature=" + std::to_string(p.req.sampling.temperature) +
+               ", top_k=" + std::to_string(p.req.sampling.top_k) + ", top_p=" + std::to_string(p.req.sampling.top_p) +
+               ")";
       });
 
   py::class_<RequestResult>(m, "RequestOutput", R"doc(
@@ -405,7 +423,8 @@ else []).)doc")
       .def_readonly("id", &RequestResult::id)
       .def_readonly("tokens", &RequestResult::tokens)
       .def_property_readonly("finish_reason", [](const RequestResult& r) { return openai_reason(r.finish_reason); })
-      .def_property_readonly("stop_detail", [](const RequestResult& r) { return runtime::finish_reason_name(r.finish_reason); })
+      .def_property_readonly("stop_detail",
+                             [](const RequestResult& r) { return runtime::finish_reason_name(r.finish_reason); })
       .def_readonly("error", &RequestResult::error)
       .def_readonly("loops_per_token", &RequestResult::loops_per_token)
       .def_property_readonly("logprobs",
@@ -447,33 +466,35 @@ the wait timed out); cancel() ends it at the next step and frees its KV.)doc")
              throw py::stop_iteration();
            })
       .def("poll", [](PyHandle& h) { return h.sink->poll(); })
-      .def("poll_detail",
-           [](PyHandle& h) {
-             py::list out;
-             for (const auto& d : h.sink->poll_detail())
-               out.append(py::make_tuple(d.token, d.loops, d.logprobs.logprob, d.logprobs.top));
-             return out;
-           },
-           "Like poll(), with each token's loop depth (early exit lowers it) and log-probabilities:\n"
-           "[(token_id, loops, logprob, [(id, logprob), ...])] (NaN and [] when logprobs was None).")
+      .def(
+          "poll_detail",
+          [](PyHandle& h) {
+            py::list out;
+            for (const auto& d : h.sink->poll_detail())
+              out.append(py::make_tuple(d.token, d.loops, d.logprobs.logprob, d.logprobs.top));
+            return out;
+          },
+          "Like poll(), with each token's loop depth (early exit lowers it) and log-probabilities:\n"
+          "[(token_id, loops, logprob, [(id, logprob), ...])] (NaN and [] when logprobs was None).")
       .def("fileno", [](const PyHandle& h) { return h.sink->fd(); })
       .def_property_readonly("done", [](const PyHandle& h) { return h.sink->done(); })
-      .def("result",
-           [](PyHandle& h, std::optional<double> timeout) {
-             bool ok;
-             {
-               py::gil_scoped_release nogil;
-               ok = h.sink->wait(timeout ? std::max(0.0, *timeout) : -1.0);
-             }
-             if (!ok) {
-               PyErr_SetString(PyExc_TimeoutError, "the request did not finish in time");
-               throw py::error_already_set();
-             }
-             RequestResult r = h.sink->result();
-             if (r.finish_reason == FinishReason::Error) throw std::runtime_error(r.error);
-             return r;
-           },
-           py::arg("timeout") = py::none())
+      .def(
+          "result",
+          [](PyHandle& h, std::optional<double> timeout) {
+            bool ok;
+            {
+              py::gil_scoped_release nogil;
+              ok = h.sink->wait(timeout ? std::max(0.0, *timeout) : -1.0);
+            }
+            if (!ok) {
+              PyErr_SetString(PyExc_TimeoutError, "the request did not finish in time");
+              throw py::error_already_set();
+            }
+            RequestResult r = h.sink->result();
+            if (r.finish_reason == FinishReason::Error) throw std::runtime_error(r.error);
+            return r;
+          },
+          py::arg("timeout") = py::none())
       .def("cancel", [](PyHandle& h) {
         if (auto e = h.engine.lock()) e->cancel(h.id);
       });
@@ -498,9 +519,8 @@ Engine(model, *, kv_budget_mb=1024, kv_block_size=32, max_num_seqs=64, max_batch
     request is preempted.
 A request's tokens equal Model.generate's for the same arguments (greedy and seeded
 sampling), whatever else runs beside it.)doc")
-      .def(py::init([](const py::object& model, double kv_budget_mb, int64_t kv_block_size,
-                       int64_t max_num_seqs, int64_t max_batch_tokens, int64_t prefill_chunk,
-                       int64_t max_queue, bool prefix_caching) {
+      .def(py::init([](const py::object& model, double kv_budget_mb, int64_t kv_block_size, int64_t max_num_seqs,
+                       int64_t max_batch_tokens, int64_t prefill_chunk, int64_t max_queue, bool prefix_caching) {
              std::shared_ptr<const runtime::Engine> e;
              if (py::isinstance<PyModel>(model)) {
                e = model.cast<std::shared_ptr<PyModel>>()->engine();
@@ -526,59 +546,61 @@ sampling), whatever else runs beside it.)doc")
            py::arg("kv_block_size") = model::kDefaultBlockRows, py::arg("max_num_seqs") = 64,
            py::arg("max_batch_tokens") = 512, py::arg("prefill_chunk") = 256, py::arg("max_queue") = 4096,
            py::arg("prefix_caching") = true)
-      .def("submit",
-           [](const PyServingEngine& self, const py::object& prompt, const py::object& params,
-              const py::kwargs& kwargs) {
-             const py::object p = params_arg(params, kwargs);
-             return submit(self, prompt, p.cast<const PySamplingParams&>());
-           },
-           py::arg("prompt"), py::arg("params") = py::none(),
-           "submit(prompt, params=None, **kwargs) -> RequestHandle. prompt: token ids; params: a\n"
-           "SamplingParams, or its keyword arguments.")
-      .def("generate_batch",
-           [](const PyServingEngine& self, const py::list& prompts, const py::object& params,
-              const py::kwargs& kwargs) {
-             const py::object p = params_arg(params, kwargs);
-             const auto& sp = p.cast<const PySamplingParams&>();
-             std::vector<PyHandle> handles;
-             try {
-               for (const py::handle& prompt : prompts)
-                 handles.push_back(submit(self, py::reinterpret_borrow<py::object>(prompt), sp));
-             } catch (...) {
-               if (auto e = self.get())
-                 for (const PyHandle& h : handles) e->cancel(h.id);
-               throw;
-             }
-             std::vector<RequestResult> out;
-             {
-               py::gil_scoped_release nogil;
-               for (PyHandle& h : handles) {
-                 h.sink->wait(-1.0);
-                 out.push_back(h.sink->result());
-               }
-             }
-             for (const RequestResult& r : out)
-               if (r.finish_reason == FinishReason::Error) throw std::runtime_error(r.error);
-             return out;
-           },
-           py::arg("prompts"), py::arg("params") = py::none(),
-           "generate_batch(prompts, params=None, **kwargs) -> list[RequestOutput]: every prompt\n"
-           "submitted at once (they share the engine's steps), results in prompt order.")
-      .def("stats", [](const PyServingEngine& self) { return stats_dict(self.get()->stats()); },
-           "Counters: running, waiting, kv_blocks_used / kv_blocks_total / kv_block_bytes,\n"
-           "requests_submitted / finished / cancelled / failed / timed_out, prompt_tokens,\n"
-           "generated_tokens, steps, step_rows, mean_batch_rows, mean_loops, preemptions; prefix\n"
-           "caching: prefix_queries, prefix_hits, prefix_hit_tokens, prefix_cached_positions,\n"
-           "kv_blocks_cached (pool blocks the cache holds; idle, kv_blocks_used equals it).")
-      .def("clear_prefix_cache", [](const PyServingEngine& self) { self.get()->clear_prefix_cache(); },
-           "Drops every cached prefix block (back to the pool at the engine's next turn).")
+      .def(
+          "submit",
+          [](const PyServingEngine& self, const py::object& prompt, const py::object& params,
+             const py::kwargs& kwargs) {
+            const py::object p = params_arg(params, kwargs);
+            return submit(self, prompt, p.cast<const PySamplingParams&>());
+          },
+          py::arg("prompt"), py::arg("params") = py::none(),
+          "submit(prompt, params=None, **kwargs) -> RequestHandle. prompt: token ids; params: a\n"
+          "SamplingParams, or its keyword arguments.")
+      .def(
+          "generate_batch",
+          [](const PyServingEngine& self, const py::list& prompts, const py::object& params, const py::kwargs& kwargs) {
+            const py::object p = params_arg(params, kwargs);
+            const auto& sp = p.cast<const PySamplingParams&>();
+            std::vector<PyHandle> handles;
+            try {
+              for (const py::handle& prompt : prompts)
+                handles.push_back(submit(self, py::reinterpret_borrow<py::object>(prompt), sp));
+            } catch (...) {
+              if (auto e = self.get())
+                for (const PyHandle& h : handles) e->cancel(h.id);
+              throw;
+            }
+            std::vector<RequestResult> out;
+            {
+              py::gil_scoped_release nogil;
+              for (PyHandle& h : handles) {
+                h.sink->wait(-1.0);
+                out.push_back(h.sink->result());
+              }
+            }
+            for (const RequestResult& r : out)
+              if (r.finish_reason == FinishReason::Error) throw std::runtime_error(r.error);
+            return out;
+          },
+          py::arg("prompts"), py::arg("params") = py::none(),
+          "generate_batch(prompts, params=None, **kwargs) -> list[RequestOutput]: every prompt\n"
+          "submitted at once (they share the engine's steps), results in prompt order.")
+      .def(
+          "stats", [](const PyServingEngine& self) { return stats_dict(self.get()->stats()); },
+          "Counters: running, waiting, kv_blocks_used / kv_blocks_total / kv_block_bytes,\n"
+          "requests_submitted / finished / cancelled / failed / timed_out, prompt_tokens,\n"
+          "generated_tokens, steps, step_rows, mean_batch_rows, mean_loops, preemptions; prefix\n"
+          "caching: prefix_queries, prefix_hits, prefix_hit_tokens, prefix_cached_positions,\n"
+          "kv_blocks_cached (pool blocks the cache holds; idle, kv_blocks_used equals it).")
+      .def(
+          "clear_prefix_cache", [](const PyServingEngine& self) { self.get()->clear_prefix_cache(); },
+          "Drops every cached prefix block (back to the pool at the engine's next turn).")
       .def("close", &PyServingEngine::close, py::arg("drain") = false,
            "Stops the engine: with drain=True requests in flight finish first, otherwise they end\n"
            "as 'cancelled'. Later calls raise RuntimeError('engine was closed').")
       .def("__enter__", [](const std::shared_ptr<PyServingEngine>& self) { return self; })
-      .def("__exit__", [](PyServingEngine& self, const py::object&, const py::object&, const py::object&) {
-        self.close(false);
-      });
+      .def("__exit__",
+           [](PyServingEngine& self, const py::object&, const py::object&, const py::object&) { self.close(false); });
 
   // QueueFull -> RuntimeError with the engine's message (the server maps it to 429/503).
   PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<py::object> queue_full;

@@ -30,8 +30,8 @@ std::vector<int32_t> to_ids(const py::handle& obj, const char* what) {
   py::module_ np = py::module_::import("numpy");
   py::array arr = np.attr("asarray")(obj);
   if (arr.ndim() != 1)
-    throw py::value_error(std::string(what) + " must be a 1-D array of token ids, got " +
-                          std::to_string(arr.ndim()) + " dimensions");
+    throw py::value_error(std::string(what) + " must be a 1-D array of token ids, got " + std::to_string(arr.ndim()) +
+                          " dimensions");
   if (arr.size() == 0) throw py::value_error(std::string(what) + " must not be empty");
   const char kind = arr.dtype().kind();
   if (kind != 'i' && kind != 'u')
@@ -50,8 +50,8 @@ std::vector<int32_t> to_ids(const py::handle& obj, const char* what) {
   auto r = ids64.unchecked<1>();
   for (py::ssize_t i = 0; i < r.shape(0); ++i) {
     if (r(i) < 0 || r(i) > INT32_MAX)
-      throw py::value_error(std::string(what) + ": token id " + std::to_string(r(i)) +
-                            " at index " + std::to_string(i) + " is outside [0, vocab_size)");
+      throw py::value_error(std::string(what) + ": token id " + std::to_string(r(i)) + " at index " +
+                            std::to_string(i) + " is outside [0, vocab_size)");
     out[i] = static_cast<int32_t>(r(i));
   }
   return out;
@@ -69,14 +69,12 @@ std::vector<std::vector<int32_t>> to_stop_sequences(const py::object& obj) {
   for (size_t i = 0; i < seq.size(); ++i) {
     py::object s = seq[i];
     if (py::isinstance<py::int_>(s))
-      throw py::value_error("stop_sequences[" + std::to_string(i) +
-                            "] must be a list of token ids, got an int");
+      throw py::value_error("stop_sequences[" + std::to_string(i) + "] must be a list of token ids, got an int");
     py::module_ np = py::module_::import("numpy");
     py::array arr = np.attr("asarray")(s);
     if (arr.ndim() != 1 || (arr.size() > 0 && arr.dtype().kind() != 'i' && arr.dtype().kind() != 'u'))
       throw py::value_error("stop_sequences[" + std::to_string(i) + "] must be a list of token ids");
-    if (arr.size() == 0)
-      throw py::value_error("stop_sequences[" + std::to_string(i) + "] is empty");
+    if (arr.size() == 0) throw py::value_error("stop_sequences[" + std::to_string(i) + "] is empty");
     std::vector<int32_t> ids;
     for (auto v : arr.attr("tolist")().cast<py::list>()) {
       const auto id = small_id(v);

@@ -71,15 +71,15 @@ void fill_sampling_and_stops(Request& r, int64_t max_tokens, double temperature,
 // Everything of a request except the prompt and the depth / grammar kwargs.
 inline void fill_request(runtime::GenerateRequest& r, int64_t max_tokens, std::optional<int64_t> loops,
                          double temperature, int64_t top_k, double top_p, int64_t cache_window,
-                         double repetition_penalty, const py::object& stop_sequences,
-                         std::optional<uint64_t> seed, bool stop_at_eos) {
-  fill_sampling_and_stops(r, max_tokens, temperature, top_k, top_p, cache_window, repetition_penalty,
-                          stop_sequences, seed, stop_at_eos);
+                         double repetition_penalty, const py::object& stop_sequences, std::optional<uint64_t> seed,
+                         bool stop_at_eos) {
+  fill_sampling_and_stops(r, max_tokens, temperature, top_k, top_p, cache_window, repetition_penalty, stop_sequences,
+                          seed, stop_at_eos);
   r.loops = loops;
 }
 
-inline runtime::EarlyExitParams early_exit_params(int64_t patience, int64_t min_L, double tau,
-                                                  int64_t peek_every, double logit_margin) {
+inline runtime::EarlyExitParams early_exit_params(int64_t patience, int64_t min_L, double tau, int64_t peek_every,
+                                                  double logit_margin) {
   runtime::EarlyExitParams p;
   p.patience = patience;
   p.min_L = min_L;
@@ -92,9 +92,9 @@ inline runtime::EarlyExitParams early_exit_params(int64_t patience, int64_t min_
 // early_exit_* / grammar / kv_loop_slots, as every decoding binding takes them (generate_args
 // order); on a SpeculativeRequest they are carried only so the runtime can refuse them by name.
 template <class Request>
-void fill_exit_grammar_slots(Request& r, int64_t early_exit_patience, int64_t early_exit_min_L,
-                             double early_exit_tau, int64_t early_exit_peek_every, double early_exit_logit_margin,
-                             const py::object& grammar, int64_t kv_loop_slots) {
+void fill_exit_grammar_slots(Request& r, int64_t early_exit_patience, int64_t early_exit_min_L, double early_exit_tau,
+                             int64_t early_exit_peek_every, double early_exit_logit_margin, const py::object& grammar,
+                             int64_t kv_loop_slots) {
   r.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau, early_exit_peek_every,
                                    early_exit_logit_margin);
   r.grammar = to_grammar(grammar);
@@ -115,8 +115,8 @@ std::vector<int32_t> decode_tokens_without_gil(Decode&& decode) {
 
 // exit_gate / exit_gate_threshold / exit_gate_step (None = the model file's config); the
 // runtime checks the values and names the kwarg (runtime/gate_exit.h resolve_gate).
-inline runtime::GateExitRequest gate_request(const std::optional<std::string>& mode,
-                                             std::optional<double> threshold, std::optional<int64_t> step,
+inline runtime::GateExitRequest gate_request(const std::optional<std::string>& mode, std::optional<double> threshold,
+                                             std::optional<int64_t> step,
                                              const std::optional<std::string>& kv = std::nullopt) {
   runtime::GateExitRequest r;
   if (mode) r.mode = runtime::parse_gate_mode(*mode);

@@ -59,8 +59,8 @@ PYBIND11_MODULE(tinyloop_py, m) {
   // Test and benchmark hooks live apart from the API, in tinyloop_py._testing (a model or
   // grammar is their first argument), so nothing public starts with "_"
   // (tests/python/test_public_names.py).
-  py::module_ testing = m.def_submodule(
-      "_testing", "Test and benchmark hooks: not part of the API, may change without notice.");
+  py::module_ testing =
+      m.def_submodule("_testing", "Test and benchmark hooks: not part of the API, may change without notice.");
   // Registered in sys.modules too, so `import tinyloop_py._testing` works as for a package.
   py::module_::import("sys").attr("modules")["tinyloop_py._testing"] = testing;
 

@@ -16,10 +16,9 @@ using runtime::Engine;
 
 class PyModel {
  public:
-  PyModel(const std::string& path, std::optional<int64_t> max_seq_len,
-          std::optional<std::string> kv_mode,
-          std::optional<std::string> quant_activations = std::nullopt,
-          std::optional<bool> fp16_body = std::nullopt, bool use_mmap = true) {
+  PyModel(const std::string& path, std::optional<int64_t> max_seq_len, std::optional<std::string> kv_mode,
+          std::optional<std::string> quant_activations = std::nullopt, std::optional<bool> fp16_body = std::nullopt,
+          bool use_mmap = true) {
     runtime::EngineOptions o;
     o.use_mmap = use_mmap;
     o.max_seq_len = max_seq_len;

@@ -71,9 +71,8 @@ TEST(Api, StreamsEveryTokenAndStopsWhenTheCallbackSaysSo) {
   });
   EXPECT_EQ(streamed, all.tokens);
   int calls = 0;
-  const GenerationResult cut = engine.generate(kOnceUponATime, options(12, 0.9f, 3, 4), [&](int32_t) {
-    return ++calls < 3;
-  });
+  const GenerationResult cut =
+      engine.generate(kOnceUponATime, options(12, 0.9f, 3, 4), [&](int32_t) { return ++calls < 3; });
   EXPECT_EQ(cut.finish_reason, FinishReason::Callback);
   ASSERT_EQ(cut.tokens.size(), 3u);
   EXPECT_EQ(cut.tokens, std::vector<int32_t>(all.tokens.begin(), all.tokens.begin() + 3));
@@ -122,8 +121,7 @@ TEST(Api, ErrorsNameTheProblem) {
   GenerationOptions too_long;
   too_long.max_tokens = engine.info().max_seq_len;
   expect_throws<std::runtime_error>([&] { engine.generate(kOnceUponATime, too_long); }, "max_seq_len");
-  expect_throws<std::invalid_argument>([&] { engine.generate_batch({kOnceUponATime, {1 << 20}}, {}); },
-                                       "prompts[1]");
+  expect_throws<std::invalid_argument>([&] { engine.generate_batch({kOnceUponATime, {1 << 20}}, {}); }, "prompts[1]");
 }
 
 TEST(Api, InfoDescribesTheModel) {
@@ -165,8 +163,7 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplement) {
   expect_throws<std::invalid_argument>(
       [] { Tokenizer(R"({"normalizer": {"type": "NFC"}, "pre_tokenizer": {"type": "ByteLevel"}})"); }, "NFC");
   expect_throws<std::invalid_argument>(
-      [] { Tokenizer(R"({"pre_tokenizer": {"type": "Metaspace"}, "decoder": {"type": "ByteLevel"}})"); },
-      "Metaspace");
+      [] { Tokenizer(R"({"pre_tokenizer": {"type": "Metaspace"}, "decoder": {"type": "ByteLevel"}})"); }, "Metaspace");
   expect_throws<std::invalid_argument>([] { Tokenizer("not json"); }, "not a JSON object");
 }
 

@@ -56,11 +56,11 @@ ModelInfo make_info(const runtime::Engine& e) {
 struct Engine::Impl {
   std::shared_ptr<const runtime::Engine> engine;
   ModelInfo info;
-  std::string tokenizer_json;            // "" when the file has none
-  std::once_flag tokenizer_once;         // the tokenizer is parsed on first use
+  std::string tokenizer_json;  // "" when the file has none
+  std::once_flag tokenizer_once;  // the tokenizer is parsed on first use
   std::unique_ptr<Tokenizer> tokenizer;
   runtime::ServingOptions serving_options;
-  std::mutex serving_mu;                             // guards the lazy start
+  std::mutex serving_mu;  // guards the lazy start
   std::unique_ptr<runtime::ServingEngine> serving;  // generate_batch's, started on first use
 
   runtime::ServingEngine& serving_engine() {
@@ -97,8 +97,7 @@ const ModelInfo& Engine::info() const { return impl_->info; }
 const Tokenizer* Engine::tokenizer() const {
   if (impl_->tokenizer_json.empty()) return nullptr;
   // An unsupported tokenizer throws out of call_once, so every later call throws the same.
-  std::call_once(impl_->tokenizer_once,
-                 [&] { impl_->tokenizer = std::make_unique<Tokenizer>(impl_->tokenizer_json); });
+  std::call_once(impl_->tokenizer_once, [&] { impl_->tokenizer = std::make_unique<Tokenizer>(impl_->tokenizer_json); });
   return impl_->tokenizer.get();
 }
 

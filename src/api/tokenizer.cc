@@ -15,10 +15,10 @@
 namespace tinyloop {
 namespace {
 
-using nlohmann::json;
 using api::byte_to_char;
 using api::chars_to_bytes;
 using api::split_gpt2_ascii;
+using nlohmann::json;
 
 [[noreturn]] void unsupported(const std::string& what) {
   throw std::invalid_argument("tokenizer: " + what +
@@ -33,7 +33,9 @@ std::string component_type(const json& j, const char* key) {
   return j[key]["type"].get<std::string>();
 }
 
-bool flag(const json& obj, const char* key) { return obj.contains(key) && obj[key].is_boolean() && obj[key].get<bool>(); }
+bool flag(const json& obj, const char* key) {
+  return obj.contains(key) && obj[key].is_boolean() && obj[key].get<bool>();
+}
 
 void check_pipeline(const json& j) {
   if (component_type(j, "normalizer") != "") unsupported("normalizer " + component_type(j, "normalizer"));
@@ -72,8 +74,8 @@ struct Tokenizer::Impl {
   };
   std::unordered_map<std::string, int32_t> vocab;  // stand-in characters -> id
   std::unordered_map<std::string, int> merge_rank;  // "left right" -> rank (lower merges first)
-  std::vector<std::string> id_bytes;                 // [size] the bytes of each id
-  std::vector<bool> id_special;                      // [size]
+  std::vector<std::string> id_bytes;  // [size] the bytes of each id
+  std::vector<bool> id_special;  // [size]
   std::vector<Added> added;
 
   int rank(const std::string& a, const std::string& b) const {

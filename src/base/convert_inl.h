@@ -24,8 +24,8 @@ inline float half_to_float(uint16_t h) {
   // Zero / subnormal (half exponent 0): value = mant * 2^-24. Build 2^-14 * (1 + mant/1024)
   // and subtract 2^-14; the difference is exactly representable (a small f32 normal), so
   // nothing rounds, no clz is needed, and no f32 subnormal is touched (DAZ/FTZ-safe).
-  const uint32_t sub = std::bit_cast<uint32_t>(std::bit_cast<float>(uint32_t(em) + (113u << 23)) -
-                                               std::bit_cast<float>(113u << 23));
+  const uint32_t sub =
+      std::bit_cast<uint32_t>(std::bit_cast<float>(uint32_t(em) + (113u << 23)) - std::bit_cast<float>(113u << 23));
   const uint32_t m_sub = 0u - uint32_t(em < 0x00800000);
   r = (sub & m_sub) | (r & ~m_sub);
   return std::bit_cast<float>(r | sign);
@@ -42,7 +42,7 @@ inline uint16_t float_to_half(float f) {
     return uint16_t(sign | 0x7e00u | ((a >> 13) & 0x03ffu));
   }
   const int32_t exp = int32_t(a >> 23);  // biased f32 exponent, 0..254
-  const int32_t e16 = exp - 127 + 15;    // biased half exponent if the value were normal
+  const int32_t e16 = exp - 127 + 15;  // biased half exponent if the value were normal
   if (e16 >= 31) return sign | 0x7c00u;  // >= 65536: past every finite half, even rounded
   if (e16 <= 0) {
     // Half subnormal (or zero) result: mant16 = m * 2^(exp - 150 + 24) = m >> (126 - exp).
@@ -55,12 +55,12 @@ inline uint16_t float_to_half(float f) {
     const uint32_t rem = m & ((1u << shift) - 1u);
     const uint32_t halfway = 1u << (shift - 1);
     if (rem > halfway || (rem == halfway && (r & 1u))) ++r;  // a carry into 0x400 is the
-    return uint16_t(sign | r);                                // smallest normal: correct
+    return uint16_t(sign | r);  // smallest normal: correct
   }
   uint32_t r = (uint32_t(e16) << 10) | ((a >> 13) & 0x03ffu);
   const uint32_t rem = a & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;  // carry may bump the exponent,
-  return uint16_t(sign | r);                                // up to 0x7c00 = inf: correct
+  return uint16_t(sign | r);  // up to 0x7c00 = inf: correct
 }
 
 // bfloat16 is the top half of a float.

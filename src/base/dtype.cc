@@ -17,9 +17,7 @@ size_t dtype_size(DType t) {
   return 0;  // not reached for a valid enum value
 }
 
-int64_t weight_row_bytes(DType t, int64_t cols) {
-  return t == DType::U4 ? cols / 2 : cols * int64_t(dtype_size(t));
-}
+int64_t weight_row_bytes(DType t, int64_t cols) { return t == DType::U4 ? cols / 2 : cols * int64_t(dtype_size(t)); }
 
 const char* dtype_name(DType t) {
   switch (t) {

@@ -31,12 +31,8 @@ TEST(DType, SizesAndNames) {
 #define TINYLOOP_HAVE_FLOAT16 1
 // noinline + volatile-free runtime values keep GCC from constant-folding the oracle with
 // its own (host, MPFR) arithmetic; either way it is independent of our code.
-[[gnu::noinline]] float oracle_h2f(uint16_t h) {
-  return static_cast<float>(std::bit_cast<_Float16>(h));
-}
-[[gnu::noinline]] uint16_t oracle_f2h(float f) {
-  return std::bit_cast<uint16_t>(static_cast<_Float16>(f));
-}
+[[gnu::noinline]] float oracle_h2f(uint16_t h) { return static_cast<float>(std::bit_cast<_Float16>(h)); }
+[[gnu::noinline]] uint16_t oracle_f2h(float f) { return std::bit_cast<uint16_t>(static_cast<_Float16>(f)); }
 #endif
 
 TEST(F16, HalfToFloatAllPatterns) {
@@ -49,8 +45,7 @@ TEST(F16, HalfToFloatAllPatterns) {
     const float ref = oracle_h2f(uint16_t(h));
     // Bit-exact, nans included (both quiet a signalling nan and keep the payload).
     if (bits(ours) != bits(ref) && ++bad <= 10)
-      ADD_FAILURE() << std::hex << "h=0x" << h << " ours=0x" << bits(ours) << " ref=0x"
-                    << bits(ref);
+      ADD_FAILURE() << std::hex << "h=0x" << h << " ours=0x" << bits(ours) << " ref=0x" << bits(ref);
   }
   EXPECT_EQ(bad, 0);
 #endif
@@ -77,8 +72,7 @@ void check_f2h(uint32_t u, int& bad) {
   const uint16_t ours = f32_to_f16(f);
   const uint16_t ref = oracle_f2h(f);
   if (ours != ref && ++bad <= 10)
-    ADD_FAILURE() << std::hex << "f=0x" << u << " (" << f << ") ours=0x" << ours << " ref=0x"
-                  << ref;
+    ADD_FAILURE() << std::hex << "f=0x" << u << " (" << f << ") ours=0x" << ours << " ref=0x" << ref;
 }
 #endif
 
@@ -116,8 +110,8 @@ TEST(F16, FloatToHalfAllHalfwayCases) {
   }
   // The underflow edge: 2^-25 (tie between 0 and the smallest subnormal) and around it,
   // f32 subnormals, and the largest floats.
-  for (uint32_t u : {0x33000000u, 0x32ffffffu, 0x33000001u, 0x00000001u, 0x007fffffu,
-                     0x7f7fffffu, 0x477fefffu, 0x477ff000u, 0x477ff001u})
+  for (uint32_t u : {0x33000000u, 0x32ffffffu, 0x33000001u, 0x00000001u, 0x007fffffu, 0x7f7fffffu, 0x477fefffu,
+                     0x477ff000u, 0x477ff001u})
     for (uint32_t s : {0u, 0x80000000u}) check_f2h(u | s, bad);
   EXPECT_EQ(bad, 0);
 #endif
@@ -134,8 +128,8 @@ TEST(F16, Specials) {
   EXPECT_EQ(f32_to_f16(65520.f), 0x7c00);  // tie rounds to even = inf
   EXPECT_EQ(f32_to_f16(1e-8f), 0x0000);
   EXPECT_EQ(f32_to_f16(std::ldexp(1.f, -24)), 0x0001);
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.f, -25)), 0x0000);            // tie to even 0
-  EXPECT_EQ(f32_to_f16(std::ldexp(3.f, -25)), 0x0002);            // tie to even 2
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.f, -25)), 0x0000);  // tie to even 0
+  EXPECT_EQ(f32_to_f16(std::ldexp(3.f, -25)), 0x0002);  // tie to even 2
   EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.f, -24));
   EXPECT_EQ(f16_to_f32(0x03ff), std::ldexp(1023.f, -24));
   EXPECT_EQ(f16_to_f32(0x3c00), 1.f);
@@ -202,8 +196,7 @@ TEST(BF16, NarrowEveryUpperHalfWithBoundaryLowHalves) {
   // case, including every exact tie and the overflow to inf from the largest floats.
   std::mt19937 rng(7);
   for (uint32_t hi = 0; hi < 65536; ++hi) {
-    for (uint32_t lo : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu,
-                        uint32_t(rng() & 0xffffu)})
+    for (uint32_t lo : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu, uint32_t(rng() & 0xffffu)})
       check_bf16((hi << 16) | lo);
   }
 }

@@ -16,8 +16,8 @@ constexpr int64_t kQ8Block = 32;  // columns per activation block (ggml QK8_0 / 
 // The q8 path applies: an int8 / int4 weight whose group is a multiple of 32 (so a block
 // of activations never spans two weight groups). Other weights always take the exact path.
 inline bool q8act_applies(const WeightView& w) {
-  return (w.dtype == DType::I8 || w.dtype == DType::U4) && w.group > 0 &&
-         w.group % kQ8Block == 0 && w.cols % w.group == 0;
+  return (w.dtype == DType::I8 || w.dtype == DType::U4) && w.group > 0 && w.group % kQ8Block == 0 &&
+         w.cols % w.group == 0;
 }
 
 namespace detail {
@@ -54,8 +54,7 @@ inline void quantize_block_q8(const float* x, int8_t* q, float* d, float* s) {
 
 // A row x[K] (K a multiple of 32): q [K], d [K / 32], s [K / 32].
 inline void quantize_row_q8(const float* x, int64_t K, int8_t* q, float* d, float* s) {
-  for (int64_t b = 0; b < K / kQ8Block; ++b)
-    quantize_block_q8(x + b * kQ8Block, q + b * kQ8Block, d + b, s + b);
+  for (int64_t b = 0; b < K / kQ8Block; ++b) quantize_block_q8(x + b * kQ8Block, q + b * kQ8Block, d + b, s + b);
 }
 
 }  // namespace detail

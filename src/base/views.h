@@ -21,10 +21,10 @@ struct WeightView {
   const void* data = nullptr;
   int64_t rows = 0;  // output features N
   int64_t cols = 0;  // input features K (logical: a U4 row holds K / 2 bytes)
-  int64_t group = 0;                // quantized only: columns per scale, divides K (even for U4)
-  DType scale_dtype = DType::F32;   // quantized only: F32 or F16 scales / offsets
-  const void* scales = nullptr;     // quantized only: [N, K / group]
-  const void* offsets = nullptr;    // U4 only: [N, K / group]
+  int64_t group = 0;  // quantized only: columns per scale, divides K (even for U4)
+  DType scale_dtype = DType::F32;  // quantized only: F32 or F16 scales / offsets
+  const void* scales = nullptr;  // quantized only: [N, K / group]
+  const void* offsets = nullptr;  // U4 only: [N, K / group]
   // I8 / U4 only: matmul quantizes x per 32 columns as llama.cpp does (ops/matmul_q8act.h)
   // when the group allows it (a multiple of 32); set per Model (quant_activations="q8"; default "f32").
   bool q8act = false;
@@ -78,8 +78,8 @@ struct KvView {
   int64_t head_dim = 0;
   const float* k_scale = nullptr;  // contiguous: [capacity, n_kv_heads], I8 only
   const float* v_scale = nullptr;  // contiguous: [capacity, n_kv_heads], I8 only
-  int64_t block_rows = 0;          // paged: rows per block
-  const KvBlock* blocks = nullptr; // paged: [capacity / block_rows] block table
+  int64_t block_rows = 0;  // paged: rows per block
+  const KvBlock* blocks = nullptr;  // paged: [capacity / block_rows] block table
 
   // Rows per addressing unit: block_rows when paged, the whole ring otherwise.
   int64_t unit_rows() const { return blocks ? block_rows : capacity; }

@@ -16,21 +16,19 @@ namespace tinyloop::ops::detail {
 inline void check_quant_view(const WeightView& w) {
   const bool u4 = w.dtype == DType::U4;
   if (w.group <= 0 || w.cols % w.group != 0)
-    throw std::invalid_argument("quantized weight: group " + std::to_string(w.group) +
-                                " does not divide cols " + std::to_string(w.cols));
+    throw std::invalid_argument("quantized weight: group " + std::to_string(w.group) + " does not divide cols " +
+                                std::to_string(w.cols));
   if (u4 && (w.group % 2 != 0))
     throw std::invalid_argument("int4 weight: group " + std::to_string(w.group) + " is odd");
   if (w.scale_dtype != DType::F32 && w.scale_dtype != DType::F16)
     throw std::invalid_argument("quantized weight: scales must be F32 or F16");
   if (!w.scales || (u4 && !w.offsets))
-    throw std::invalid_argument(u4 ? "int4 weight: scales or offsets missing"
-                                   : "int8 weight: scales missing");
+    throw std::invalid_argument(u4 ? "int4 weight: scales or offsets missing" : "int8 weight: scales missing");
 }
 
 // Element i of a scales / offsets array stored as F32 or F16.
 inline float quant_param(const void* p, DType t, int64_t i) {
-  return t == DType::F16 ? half_to_float(static_cast<const uint16_t*>(p)[i])
-                         : static_cast<const float*>(p)[i];
+  return t == DType::F16 ? half_to_float(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
 }
 
 // q of column k of row n (int8: -128..127, int4: 0..15).
@@ -49,7 +47,7 @@ inline void dequantize_row(const WeightView& w, int64_t n, float* out) {
     const float o = w.dtype == DType::U4 ? quant_param(w.offsets, w.scale_dtype, n * n_groups + g) : 0.f;
     for (int64_t k = g * G; k < (g + 1) * G; ++k) {
       const float p = s * float(quant_q(w, n, k));  // rounded once here...
-      out[k] = w.dtype == DType::U4 ? p + o : p;   // ...and once more for the offset
+      out[k] = w.dtype == DType::U4 ? p + o : p;  // ...and once more for the offset
     }
   }
 }

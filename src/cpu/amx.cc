@@ -20,7 +20,7 @@ namespace {
 #ifdef TINYLOOP_AMX_DETECT
 constexpr int kArchGetXcompPerm = 0x1022;  // arch_prctl codes (asm/prctl.h, Linux >= 5.16)
 constexpr int kArchReqXcompPerm = 0x1023;
-constexpr int kXfeatureXtiledata = 18;     // XCR0 / XSAVE component of the tile registers
+constexpr int kXfeatureXtiledata = 18;  // XCR0 / XSAVE component of the tile registers
 
 // XCR0 (the OS-enabled XSAVE state), read with xgetbv; 0 when OSXSAVE is off.
 uint64_t read_xcr0() {
@@ -49,8 +49,7 @@ AmxStatus detect() {
     return s;
   }
   if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
-    s.reason = std::string("kernel refused XTILEDATA (arch_prctl ARCH_REQ_XCOMP_PERM: ") +
-               std::strerror(errno) + ")";
+    s.reason = std::string("kernel refused XTILEDATA (arch_prctl ARCH_REQ_XCOMP_PERM: ") + std::strerror(errno) + ")";
     return s;
   }
   unsigned long perm = 0;  // the granted XSAVE components, as a bit mask
@@ -97,8 +96,7 @@ void set_amx_enabled(bool on, const std::string& off_reason) {
 }
 
 std::string amx_inactive_reason() {
-  if (!amx_status().bf16)
-    return amx_status().reason.empty() ? "no AMX-BF16" : amx_status().reason;
+  if (!amx_status().bf16) return amx_status().reason.empty() ? "no AMX-BF16" : amx_status().reason;
   if (enabled()) return "";
   std::lock_guard<std::mutex> lock(g_reason_mutex);
   return g_off_reason;

@@ -20,9 +20,9 @@
 namespace tinyloop::cpu {
 
 struct AmxStatus {
-  bool tile = false;   // AMX-TILE on the CPU and the permission granted: tiles usable
-  bool bf16 = false;   // tile && AMX-BF16 (TDPBF16PS)
-  bool int8 = false;   // tile && AMX-INT8 (TDPBSSD/TDPBUSD/...)
+  bool tile = false;  // AMX-TILE on the CPU and the permission granted: tiles usable
+  bool bf16 = false;  // tile && AMX-BF16 (TDPBF16PS)
+  bool int8 = false;  // tile && AMX-INT8 (TDPBSSD/TDPBUSD/...)
   std::string reason;  // empty when tile; else why not, e.g. "no AMX on this CPU"
 };
 
@@ -46,7 +46,6 @@ std::string amx_inactive_reason();
 // T >= 1, N, K (T = 1: the same chain on AVX-512 vectors, faster for one row); panels of 64
 // columns split across the pool. Throws std::logic_error when
 // amx_status().bf16 is false, std::invalid_argument when w.bf16dot is null.
-void matmul_bf16dot_amx(const float* x, int64_t T, const ops::WeightView& w, const float* bias,
-                        float* y);
+void matmul_bf16dot_amx(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y);
 
 }  // namespace tinyloop::cpu

@@ -48,10 +48,10 @@ namespace tinyloop::cpu::detail {
 struct AttnArgs {
   const float* q;  // [T, n_heads, head_dim]
   int64_t T, n_heads;
-  ops::KvView kv;        // the slot every row reads
+  ops::KvView kv;  // the slot every row reads
   const int64_t* q_pos;  // [T]
-  const int64_t* k_lo;   // [T]
-  float* out;            // [T, n_heads, head_dim]
+  const int64_t* k_lo;  // [T]
+  float* out;  // [T, n_heads, head_dim]
 };
 // Query rows per task: a tile of up to this many rows shares each K/V row it loads (a speed
 // choice only: a row's result does not depend on its tile).
@@ -91,10 +91,10 @@ HWY_INLINE hn::Vec<DF> LoadChunk(DF df, const KT* HWY_RESTRICT row, int64_t c, i
 // block (cap = the block's rows; a run never wraps).
 template <typename KT>
 struct Seg {
-  const KT* k;         // [cap, n_kv, hd]
-  const KT* v;         // [cap, n_kv, hd]
-  const float* ks;     // [cap, n_kv] K row scales (INT8 only, else null)
-  const float* vs;     // [cap, n_kv] V row scales (INT8 only, else null)
+  const KT* k;  // [cap, n_kv, hd]
+  const KT* v;  // [cap, n_kv, hd]
+  const float* ks;  // [cap, n_kv] K row scales (INT8 only, else null)
+  const float* vs;  // [cap, n_kv] V row scales (INT8 only, else null)
   int64_t cap, lo, n;
 };
 
@@ -108,8 +108,7 @@ HWY_INLINE void SplitRange(const ops::KvView& kv, int64_t lo, int64_t hi, std::v
     int64_t row;
     const ops::KvBlock b = kv.block_of(p % kv.capacity, &row);
     const int64_t n = std::min(hi - p + 1, unit - row);
-    seg.push_back({static_cast<const KT*>(b.k), static_cast<const KT*>(b.v), b.k_scale,
-                   b.v_scale, unit, p, n});
+    seg.push_back({static_cast<const KT*>(b.k), static_cast<const KT*>(b.v), b.k_scale, b.v_scale, unit, p, n});
     p += n;
   }
 }
@@ -118,10 +117,10 @@ HWY_INLINE void SplitRange(const ops::KvView& kv, int64_t lo, int64_t hi, std::v
 // output go.
 struct Item {
   const float* q;  // [hdp] query row, zero-padded
-  float* s;        // scores / weights indexed by position - ulo (the tile's first key)
-  float* o;        // [hd] output row
+  float* s;  // scores / weights indexed by position - ulo (the tile's first key)
+  float* o;  // [hd] output row
   int64_t lo, hi;  // window
-  float inv;       // 1 / softmax sum
+  float inv;  // 1 / softmax sum
 };
 
 #if HWY_TARGET != HWY_SCALAR
@@ -210,16 +209,15 @@ struct Ahead {
 //   kf   [4, hdp] scratch
 //   zrow [hd] zeros
 template <int NC, bool kFull, typename KT>
-HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t n_kv, int64_t g,
-                         int64_t hd, int64_t hdp, const Item* it, int64_t n_it, int64_t ulo,
-                         float scale, float* kf, const KT* zrow) {
+HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t n_kv, int64_t g, int64_t hd, int64_t hdp,
+                         const Item* it, int64_t n_it, int64_t ulo, float scale, float* kf, const KT* zrow) {
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const int64_t L = int64_t(hn::Lanes(df));
   int64_t r = sg.lo % sg.cap;  // ring row of the next key
   for (int64_t p0 = 0; p0 < sg.n; p0 += 4) {
     const KT* kr[4] = {zrow, zrow, zrow, zrow};  // [4] rows of the block's keys
-    alignas(16) float f[4] = {0.f, 0.f, 0.f, 0.f};          // [4] the scores' factors
+    alignas(16) float f[4] = {0.f, 0.f, 0.f, 0.f};  // [4] the scores' factors
     for (int64_t k = 0; k < 4 && p0 + k < sg.n; ++k) {
       kr[k] = sg.k + (r * n_kv + g) * hd;
       ahead.fetch(true, n_kv, g, hd, 0, hd);
@@ -245,6 +243,8 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t n_kv, int6
       }
     } else {
       // Named registers, not arrays: GCC 12 keeps an array of vectors in memory.
+// Macro-generated registers, one statement a line: left as written.
+// clang-format off
 #define TL_KEY(K_)                                                     \
   const V k##K_##0 = LoadChunk<kFull>(df, kr[K_], 0, hd);                      \
   const V k##K_##1 = NC > 1 ? LoadChunk<kFull>(df, kr[K_], L, hd) : k##K_##0;     \
@@ -252,7 +252,8 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t n_kv, int6
   const V k##K_##3 = NC > 3 ? LoadChunk<kFull>(df, kr[K_], 3 * L, hd) : k##K_##0;
       TL_KEY(0) TL_KEY(1) TL_KEY(2) TL_KEY(3)
 #undef TL_KEY
-      for (int64_t i = 0; i < n_it; ++i) {
+          // clang-format on
+          for (int64_t i = 0; i < n_it; ++i) {
         const float* q = it[i].q;  // [hdp]
         const V q0 = hn::LoadU(df, q);
         V a0 = hn::MulAdd(q0, k00, hn::Zero(df)), a1 = hn::MulAdd(q0, k10, hn::Zero(df));
@@ -286,8 +287,8 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t n_kv, int6
 //   it  [4] items (unused ones have an empty window); only the first NI are looked at
 // kFull: the NV chunks are whole (no tail chunk among them).
 template <int NV, int NI, bool kFull, typename KT>
-HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, int64_t n_kv, int64_t g, int64_t hd,
-                          const Item* it, int64_t ulo, int64_t c0) {
+HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, int64_t n_kv, int64_t g, int64_t hd, const Item* it,
+                          int64_t ulo, int64_t c0) {
   static_assert(NV >= 1 && NV <= 4, "up to 4 vectors per pass");
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
@@ -313,6 +314,8 @@ HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, int64_t n_kv, int64
       const V v3 = NV > 3 ? LoadChunk<kFull>(df, vr, 3 * L, hd - c0) : v0;
       float vsc = 1.f;
       if constexpr (kScaled<KT>) vsc = seg[s].vs[r * n_kv + g];
+// Macro-generated registers, one statement a line: left as written.
+// clang-format off
 #define TL_ITEM(i)                                                   \
   if (NI > i && p >= lo##i && p <= hi##i) {                          \
     float w = it[i].s[p - ulo];                                      \
@@ -325,22 +328,20 @@ HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, int64_t n_kv, int64
   }
       TL_ITEM(0) TL_ITEM(1) TL_ITEM(2) TL_ITEM(3)
 #undef TL_ITEM
-      (void)vsc;
+          // clang-format on
+          (void) vsc;
       if (++r == cap) r = 0;
     }
   }
-  const V acc[4][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13},
-                       {a20, a21, a22, a23}, {a30, a31, a32, a33}};
+  const V acc[4][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23}, {a30, a31, a32, a33}};
   for (int i = 0; i < NI; ++i) {
     if (it[i].lo > it[i].hi) continue;
     const V iv = hn::Set(df, it[i].inv);
     for (int v = 0; v < NV; ++v) {
       const V res = hn::Mul(acc[i][v], iv);
       const int64_t c = c0 + v * L;
-      if (c + L <= hd)
-        hn::StoreU(res, df, it[i].o + c);
-      else
-        StoreTail(df, res, it[i].o + c, size_t(hd - c));
+      if (c + L <= hd) hn::StoreU(res, df, it[i].o + c);
+      else StoreTail(df, res, it[i].o + c, size_t(hd - c));
     }
   }
 }
@@ -353,8 +354,7 @@ HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, int64_t n_kv, int64
 // Every step of an item reads only its own window, starting at its own first key, so the
 // result does not depend on the tile, the thread or where the window is split between slots.
 template <typename KT>
-HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, int64_t n_rows,
-                              int64_t g) {
+HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, int64_t n_rows, int64_t g) {
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const int64_t L = int64_t(hn::Lanes(df));
@@ -367,8 +367,8 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
     uhi = std::max(uhi, a.q_pos[rows[i]]);
   }
   const int64_t nu = uhi - ulo + 1;
-  const int64_t hdp = (hd + L - 1) / L * L;       // hd padded to whole vectors
-  const int64_t ns = (nu + 2 * L + 3) / L * L;    // a score row: window + padding + overhang
+  const int64_t hdp = (hd + L - 1) / L * L;  // hd padded to whole vectors
+  const int64_t ns = (nu + 2 * L + 3) / L * L;  // a score row: window + padding + overhang
   thread_local std::vector<float> qbuf, sbuf, kbuf;
   thread_local std::vector<KT> zbuf;
   thread_local std::vector<Item> ibuf;
@@ -379,7 +379,7 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
   if (ibuf.size() < size_t(n_it + 3)) ibuf.resize(size_t(n_it + 3));
   float* qp = qbuf.data();  // [n_it, hdp] query rows, zero-padded
   float* sc = sbuf.data();  // [n_it, ns] scores, then softmax numerators
-  Item* it = ibuf.data();   // [n_it + 3] (3 empty ones for the last batch of WeightedV)
+  Item* it = ibuf.data();  // [n_it + 3] (3 empty ones for the last batch of WeightedV)
   for (int64_t r = 0; r < n_rows; ++r) {
     const int64_t t = rows[r];
     const float* qg = a.q + (t * a.n_heads + g * group) * hd;  // [group, hd]
@@ -387,8 +387,7 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
       const int64_t i = r * group + j;
       std::copy(qg + j * hd, qg + (j + 1) * hd, qp + i * hdp);
       std::fill(qp + i * hdp + hd, qp + (i + 1) * hdp, 0.f);
-      it[i] = {qp + i * hdp, sc + i * ns, a.out + (t * a.n_heads + g * group + j) * hd,
-               a.k_lo[t], a.q_pos[t], 0.f};
+      it[i] = {qp + i * hdp, sc + i * ns, a.out + (t * a.n_heads + g * group + j) * hd, a.k_lo[t], a.q_pos[t], 0.f};
     }
   }
   for (int64_t i = n_it; i < n_it + 3; ++i) it[i] = {nullptr, nullptr, nullptr, 1, 0, 0.f};
@@ -450,14 +449,10 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
 #define TL_PV(NV, NI, FULL) WeightedV<NV, NI, FULL>(bseg.data(), n_bseg, n_kv, g, hd, it + b, ulo, c0)
       if (nv == 4 && full)  // head_dim 64 on AVX-512, 32 on AVX2
         one ? TL_PV(4, 1, true) : TL_PV(4, 4, true);
-      else if (nv == 4)
-        TL_PV(4, 4, false);
-      else if (nv == 3)
-        TL_PV(3, 4, false);
-      else if (nv == 2)
-        TL_PV(2, 4, false);
-      else
-        TL_PV(1, 4, false);
+      else if (nv == 4) TL_PV(4, 4, false);
+      else if (nv == 3) TL_PV(3, 4, false);
+      else if (nv == 2) TL_PV(2, 4, false);
+      else TL_PV(1, 4, false);
 #undef TL_PV
     }
   }
@@ -508,12 +503,9 @@ void FloatToHalfN(const float* HWY_RESTRICT src, int64_t n, uint16_t* HWY_RESTRI
 
 // Rows t0 .. t0 + kTileRows - 1 (those < T) against kv head g, the KV storage type picked.
 void AttendRows(const detail::AttnArgs& a, int64_t t0, int64_t g) {
-  if (a.kv.dtype == ops::KvDType::F16)
-    AttendRowsT<hwy::float16_t>(a, t0, g);
-  else if (a.kv.dtype == ops::KvDType::I8)
-    AttendRowsT<int8_t>(a, t0, g);
-  else
-    AttendRowsT<float>(a, t0, g);
+  if (a.kv.dtype == ops::KvDType::F16) AttendRowsT<hwy::float16_t>(a, t0, g);
+  else if (a.kv.dtype == ops::KvDType::I8) AttendRowsT<int8_t>(a, t0, g);
+  else AttendRowsT<float>(a, t0, g);
 }
 
 }  // namespace tinyloop::cpu::HWY_NAMESPACE
@@ -525,8 +517,7 @@ HWY_EXPORT(AttendRows);
 HWY_EXPORT(FloatToHalfN);
 
 // k_rows, v_rows [T, n_kv_heads, head_dim]; pos [T]: ring row pos[t] % capacity of dst.
-void kv_write(const ops::KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos,
-              int64_t T) {
+void kv_write(const ops::KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos, int64_t T) {
   const int64_t row = dst.n_kv_heads * dst.head_dim;  // elements per position
   const auto to_half = HWY_DYNAMIC_DISPATCH(FloatToHalfN);
   for (int64_t t = 0; t < T; ++t) {
@@ -544,8 +535,8 @@ void kv_write(const ops::KvView& dst, const float* k_rows, const float* v_rows, 
 
 // q [T, n_heads, head_dim], q_pos [T], k_lo [T], out [T, n_heads, head_dim]; groups cover
 // the rows in order.
-void attention_batch(const float* q, int64_t T, int64_t n_heads, const ops::KvRowGroup* groups,
-                     int64_t n_groups, const int64_t* q_pos, const int64_t* k_lo, float* out) {
+void attention_batch(const float* q, int64_t T, int64_t n_heads, const ops::KvRowGroup* groups, int64_t n_groups,
+                     const int64_t* q_pos, const int64_t* k_lo, float* out) {
   if (T <= 0 || n_groups <= 0) return;
   const auto fn = HWY_DYNAMIC_DISPATCH(AttendRows);
   const int64_t n_kv = groups[0].kv.n_kv_heads, hd = groups[0].kv.head_dim, w = n_heads * hd;
@@ -567,8 +558,8 @@ void attention_batch(const float* q, int64_t T, int64_t n_heads, const ops::KvRo
   });
 }
 
-void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,
-               const int64_t* q_pos, const int64_t* k_lo, float* out) {
+void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv, const int64_t* q_pos,
+               const int64_t* k_lo, float* out) {
   if (T <= 0) return;
   const detail::AttnArgs a{q, T, n_heads, kv, q_pos, k_lo, out};
   const auto fn = HWY_DYNAMIC_DISPATCH(AttendRows);

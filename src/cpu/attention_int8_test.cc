@@ -28,10 +28,9 @@ using ops::testing::random_floats;
 // An I8 slot with positions 0 .. n_pos-1 written through the public ops::kv_write.
 struct I8Slot {
   int64_t capacity, n_kv, hd;
-  std::vector<int8_t> k, v;        // [capacity, n_kv, hd]
-  std::vector<float> ks, vs;       // [capacity, n_kv]
-  I8Slot(int64_t cap, int64_t nkv, int64_t d, int64_t n_pos, uint32_t seed)
-      : capacity(cap), n_kv(nkv), hd(d) {
+  std::vector<int8_t> k, v;  // [capacity, n_kv, hd]
+  std::vector<float> ks, vs;  // [capacity, n_kv]
+  I8Slot(int64_t cap, int64_t nkv, int64_t d, int64_t n_pos, uint32_t seed) : capacity(cap), n_kv(nkv), hd(d) {
     k.assign(size_t(cap * nkv * d), 0);
     v.assign(k.size(), 0);
     ks.assign(size_t(cap * nkv), NAN);  // never-written rows: a read shows as nan
@@ -40,8 +39,8 @@ struct I8Slot {
     for (int64_t p = 0; p < n_pos; ++p) pos[size_t(p)] = p;
     const auto kr = random_floats(size_t(n_pos * nkv * d), seed, -2.f, 2.f);
     const auto vr = random_floats(size_t(n_pos * nkv * d), seed + 1);
-    ops::kv_write(ops::KvDType::I8, k.data(), v.data(), cap, nkv, d, kr.data(), vr.data(),
-                  pos.data(), n_pos, ks.data(), vs.data());
+    ops::kv_write(ops::KvDType::I8, k.data(), v.data(), cap, nkv, d, kr.data(), vr.data(), pos.data(), n_pos, ks.data(),
+                  vs.data());
   }
   ops::KvView view() const {
     ops::KvView kv;
@@ -63,8 +62,7 @@ struct Queries {
   int64_t T() const { return int64_t(q_pos.size()); }
 };
 
-Queries causal_chunk(int64_t first, int64_t T, int64_t n_heads, int64_t hd, int64_t window,
-                     uint32_t seed) {
+Queries causal_chunk(int64_t first, int64_t T, int64_t n_heads, int64_t hd, int64_t window, uint32_t seed) {
   Queries qs;
   qs.q = random_floats(size_t(T * n_heads * hd), seed);
   for (int64_t t = 0; t < T; ++t) {
@@ -127,8 +125,7 @@ TEST(KvQuant, WriteNeedsScales) {
   std::vector<int8_t> k(8), v(8);
   std::vector<float> rows(8, 1.f);
   const int64_t pos = 0;
-  EXPECT_THROW(ops::kv_write(ops::KvDType::I8, k.data(), v.data(), 1, 1, 8, rows.data(),
-                             rows.data(), &pos, 1),
+  EXPECT_THROW(ops::kv_write(ops::KvDType::I8, k.data(), v.data(), 1, 1, 8, rows.data(), rows.data(), &pos, 1),
                std::logic_error);
 }
 
@@ -201,8 +198,8 @@ TEST(CpuAttentionInt8, BatchAndThreadInvariant) {
       cpu::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), all.data());
       for (int64_t t = 0; t < T; ++t) {
         std::vector<float> one(static_cast<size_t>(row));
-        cpu::attention(qs.q.data() + t * row, 1, n_heads, s.view(), &qs.q_pos[size_t(t)],
-                            &qs.k_lo[size_t(t)], one.data());
+        cpu::attention(qs.q.data() + t * row, 1, n_heads, s.view(), &qs.q_pos[size_t(t)], &qs.k_lo[size_t(t)],
+                       one.data());
         for (int64_t i = 0; i < row; ++i) ASSERT_EQ(one[size_t(i)], all[size_t(t * row + i)]) << "t=" << t;
       }
       const int before = num_threads();
@@ -243,8 +240,8 @@ TEST(CpuAttentionInt8, TilesAnyRowGroupingBitIdentical) {
           for (int64_t chunk : {1, 2, 3, 5}) {
             std::vector<float> parts(all.size(), NAN);
             for (int64_t t0 = 0; t0 < T; t0 += chunk)
-              cpu::attention(qs.q.data() + t0 * row, std::min(chunk, T - t0), n_heads, s.view(),
-                                  &qs.q_pos[size_t(t0)], &qs.k_lo[size_t(t0)], parts.data() + t0 * row);
+              cpu::attention(qs.q.data() + t0 * row, std::min(chunk, T - t0), n_heads, s.view(), &qs.q_pos[size_t(t0)],
+                             &qs.k_lo[size_t(t0)], parts.data() + t0 * row);
             for (size_t i = 0; i < all.size(); ++i)
               ASSERT_EQ(std::bit_cast<uint32_t>(parts[i]), std::bit_cast<uint32_t>(all[i]))
                   << "hd=" << hd << " heads=" << n_heads << "/" << n_kv << " chunk=" << chunk << " i=" << i;
@@ -264,13 +261,12 @@ TEST(CpuAttentionInt8, DispatchWriteBatchInvariantAndCloseToF32) {
   std::vector<int64_t> pos(static_cast<size_t>(n_pos));
   for (int64_t p = 0; p < n_pos; ++p) pos[size_t(p)] = p;
   I8Slot s(cap, n_kv, hd, 0, 1);  // empty
-  ops::kv_write(ops::KvDType::I8, s.k.data(), s.v.data(), cap, n_kv, hd, kr.data(), vr.data(),
-                pos.data(), n_pos, s.ks.data(), s.vs.data());
+  ops::kv_write(ops::KvDType::I8, s.k.data(), s.v.data(), cap, n_kv, hd, kr.data(), vr.data(), pos.data(), n_pos,
+                s.ks.data(), s.vs.data());
   I8Slot one(cap, n_kv, hd, 0, 1);
   for (int64_t p = 0; p < n_pos; ++p)
-    ops::kv_write(ops::KvDType::I8, one.k.data(), one.v.data(), cap, n_kv, hd,
-                  kr.data() + p * n_kv * hd, vr.data() + p * n_kv * hd, &pos[size_t(p)], 1,
-                  one.ks.data(), one.vs.data());
+    ops::kv_write(ops::KvDType::I8, one.k.data(), one.v.data(), cap, n_kv, hd, kr.data() + p * n_kv * hd,
+                  vr.data() + p * n_kv * hd, &pos[size_t(p)], 1, one.ks.data(), one.vs.data());
   EXPECT_EQ(s.k, one.k);
   EXPECT_EQ(s.v, one.v);
   EXPECT_EQ(s.ks, one.ks);

@@ -28,13 +28,12 @@ using ops::testing::random_floats;
 struct Slot {
   ops::KvDType dtype;
   int64_t capacity, n_kv, hd;
-  std::vector<float> kf, vf;     // [capacity, n_kv, hd] when F32
+  std::vector<float> kf, vf;  // [capacity, n_kv, hd] when F32
   std::vector<uint16_t> kh, vh;  // [capacity, n_kv, hd] when F16
 
   // Positions first .. n_pos-1 of the sequence that `seed` defines are written (first > 0:
   // the tail slot of a prefix cache, which never holds the earlier positions).
-  Slot(ops::KvDType dt, int64_t cap, int64_t nkv, int64_t d, int64_t n_pos, uint32_t seed,
-       int64_t first = 0)
+  Slot(ops::KvDType dt, int64_t cap, int64_t nkv, int64_t d, int64_t n_pos, uint32_t seed, int64_t first = 0)
       : dtype(dt), capacity(cap), n_kv(nkv), hd(d) {
     const size_t n = size_t(cap * nkv * d);
     kf.assign(n, NAN);  // never-written rows are nan: reading one would show
@@ -46,8 +45,8 @@ struct Slot {
     const auto kr = random_floats(size_t(n_pos * nkv * d), seed, -2.f, 2.f);
     const auto vr = random_floats(size_t(n_pos * nkv * d), seed + 1);
     const int64_t off = first * nkv * d;
-    ops::ref::kv_write(ops::testing::contiguous_view(dt, k(), v(), cap, nkv, d), kr.data() + off,
-                       vr.data() + off, pos.data() + first, n_pos - first);
+    ops::ref::kv_write(ops::testing::contiguous_view(dt, k(), v(), cap, nkv, d), kr.data() + off, vr.data() + off,
+                       pos.data() + first, n_pos - first);
   }
   void* k() { return dtype == ops::KvDType::F32 ? (void*)kf.data() : (void*)kh.data(); }
   void* v() { return dtype == ops::KvDType::F32 ? (void*)vf.data() : (void*)vh.data(); }
@@ -84,7 +83,8 @@ void expect_close(Slot& s, int64_t n_heads, const Queries& qs) {
   for (int64_t t = 0; t < T; ++t) {
     const int64_t n = qs.q_pos[size_t(t)] - qs.k_lo[size_t(t)] + 1;
     double max_q = 0;
-    for (int64_t i = 0; i < n_heads * hd; ++i) max_q = std::max(max_q, double(std::fabs(qs.q[size_t(t * n_heads * hd + i)])));
+    for (int64_t i = 0; i < n_heads * hd; ++i)
+      max_q = std::max(max_q, double(std::fabs(qs.q[size_t(t * n_heads * hd + i)])));
     // |k| <= 2, |v| <= 1 by construction (F16 rounding keeps the bounds).
     const double max_qk = double(hd) * max_q * 2.0 / std::sqrt(double(hd));
     const double tol = 4 * 1.0 * kU * (2.0 * double(hd + 2) * max_qk + double(std::max<int64_t>(n, 0) + hd + 8));
@@ -99,8 +99,7 @@ void expect_close(Slot& s, int64_t n_heads, const Queries& qs) {
   }
 }
 
-Queries causal_chunk(int64_t first, int64_t T, int64_t n_heads, int64_t hd, int64_t window,
-                     uint32_t seed) {
+Queries causal_chunk(int64_t first, int64_t T, int64_t n_heads, int64_t hd, int64_t window, uint32_t seed) {
   Queries qs;
   qs.q = random_floats(size_t(T * n_heads * hd), seed);
   for (int64_t t = 0; t < T; ++t) {
@@ -157,7 +156,8 @@ TEST_P(CpuAttention, BatchAndThreadInvariant) {
       cpu::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), all.data());
       for (int64_t t = 0; t < T; ++t) {
         std::vector<float> one(static_cast<size_t>(row));
-        cpu::attention(qs.q.data() + t * row, 1, n_heads, s.view(), &qs.q_pos[size_t(t)], &qs.k_lo[size_t(t)], one.data());
+        cpu::attention(qs.q.data() + t * row, 1, n_heads, s.view(), &qs.q_pos[size_t(t)], &qs.k_lo[size_t(t)],
+                       one.data());
         for (int64_t i = 0; i < row; ++i) ASSERT_EQ(one[size_t(i)], all[size_t(t * row + i)]) << "t=" << t;
       }
       const int before = num_threads();
@@ -209,13 +209,13 @@ TEST_P(CpuAttention, TilesAnyRowGroupingBitIdentical) {
             std::vector<float> parts(all.size(), NAN);
             for (int64_t t0 = 0; t0 < T; t0 += chunk) {
               const int64_t n = std::min(chunk, T - t0);
-              cpu::attention(qs.q.data() + t0 * row, n, n_heads, s.view(), &qs.q_pos[size_t(t0)],
-                             &qs.k_lo[size_t(t0)], parts.data() + t0 * row);
+              cpu::attention(qs.q.data() + t0 * row, n, n_heads, s.view(), &qs.q_pos[size_t(t0)], &qs.k_lo[size_t(t0)],
+                             parts.data() + t0 * row);
             }
             for (size_t i = 0; i < all.size(); ++i)
               ASSERT_EQ(std::bit_cast<uint32_t>(parts[i]), std::bit_cast<uint32_t>(all[i]))
-                  << "hd=" << hd << " heads=" << n_heads << "/" << n_kv << " mode=" << mode
-                  << " chunk=" << chunk << " i=" << i;
+                  << "hd=" << hd << " heads=" << n_heads << "/" << n_kv << " mode=" << mode << " chunk=" << chunk
+                  << " i=" << i;
           }
           if (HasFatalFailure()) return;
         }
@@ -258,8 +258,7 @@ TEST_P(CpuAttention, PagedBitIdenticalToContiguous) {
             const int64_t h = T / 2, w = n_heads * hd;
             const ops::KvRowGroup groups[2] = {{whole.view(), 0, h}, {paged, h, T - h}};
             std::vector<float> three(one.size(), NAN);
-            cpu::attention_batch(qs.q.data(), T, n_heads, groups, 2, qs.q_pos.data(), qs.k_lo.data(),
-                                 three.data());
+            cpu::attention_batch(qs.q.data(), T, n_heads, groups, 2, qs.q_pos.data(), qs.k_lo.data(), three.data());
             for (size_t i = 0; i < one.size(); ++i)
               ASSERT_EQ(std::bit_cast<uint32_t>(one[i]), std::bit_cast<uint32_t>(three[i]))
                   << "batched: hd=" << hd << " B=" << B << " i=" << i << " w=" << w;
@@ -277,7 +276,7 @@ TEST(CpuKvWrite, BitExactAgainstReference) {
   const int64_t n_kv = 3, hd = 21, row = n_kv * hd, T = 5, cap = 4;
   auto k_rows = random_floats(size_t(T * row), 1, -70000.f, 70000.f);
   auto v_rows = random_floats(size_t(T * row), 2, -1e-4f, 1e-4f);  // half subnormals
-  const float specials[] = {INFINITY, -INFINITY, NAN, -0.f, 65504.f, 65520.f, 65519.f,
+  const float specials[] = {INFINITY,         -INFINITY,        NAN,      -0.f,     65504.f, 65520.f, 65519.f,
                             1.f + 1.f / 2048, 1.f + 3.f / 2048, 5.96e-8f, 2.98e-8f, 1e-30f};
   for (size_t i = 0; i < std::size(specials); ++i) k_rows[i * 5] = v_rows[i * 3 + 1] = specials[i];
   const std::vector<int64_t> pos = {3, 4, 5, 6, 7};  // wraps the 4-row ring
@@ -285,10 +284,10 @@ TEST(CpuKvWrite, BitExactAgainstReference) {
     testing::for_each_target([&] {
       const size_t n = size_t(cap * row) * (dt == ops::KvDType::F16 ? 2 : 4);
       std::vector<unsigned char> k(n, 0xab), v(n, 0xcd), kr(n, 0xab), vr(n, 0xcd);
-      cpu::kv_write(ops::testing::contiguous_view(dt, k.data(), v.data(), cap, n_kv, hd), k_rows.data(),
-                    v_rows.data(), pos.data(), T);
-      ops::ref::kv_write(ops::testing::contiguous_view(dt, kr.data(), vr.data(), cap, n_kv, hd),
-                         k_rows.data(), v_rows.data(), pos.data(), T);
+      cpu::kv_write(ops::testing::contiguous_view(dt, k.data(), v.data(), cap, n_kv, hd), k_rows.data(), v_rows.data(),
+                    pos.data(), T);
+      ops::ref::kv_write(ops::testing::contiguous_view(dt, kr.data(), vr.data(), cap, n_kv, hd), k_rows.data(),
+                         v_rows.data(), pos.data(), T);
       ASSERT_EQ(k, kr);
       ASSERT_EQ(v, vr);
     });

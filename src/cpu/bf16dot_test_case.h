@@ -10,10 +10,10 @@
 namespace tinyloop::cpu::testing {
 
 struct Bf16dotCase {
-  std::vector<float> x;                // [T, K]
-  ops::testing::StoredWeight w;        // [N, K]
-  std::vector<uint32_t> packed;        // [ceil(N / 64), ceil(K / 2), 64]
-  std::vector<float> b;                // [N]
+  std::vector<float> x;  // [T, K]
+  ops::testing::StoredWeight w;  // [N, K]
+  std::vector<uint32_t> packed;  // [ceil(N / 64), ceil(K / 2), 64]
+  std::vector<float> b;  // [N]
   int64_t T, K, N;
   ops::WeightView view() const {
     ops::WeightView v = w.view();
@@ -28,7 +28,11 @@ inline Bf16dotCase make_bf16dot_case(int64_t T, int64_t K, int64_t N, DType dt, 
   using ops::testing::random_floats;
   Bf16dotCase c{random_floats(size_t(T * K), seed, -4.f, 4.f),
                 ops::testing::store_weight(random_floats(size_t(N * K), seed + 1, -0.05f, 0.05f), N, K, dt),
-                {}, random_floats(size_t(N), seed + 2), T, K, N};
+                {},
+                random_floats(size_t(N), seed + 2),
+                T,
+                K,
+                N};
   c.packed.resize(size_t(ops::bf16dot_packed_words(N, K)));
   ops::pack_bf16dot(c.w.view(), c.packed.data());
   return c;

@@ -27,7 +27,7 @@ void RmsNorm(const float* x, int64_t T, int64_t D, const float* w, float eps, fl
   const int64_t L = int64_t(hn::Lanes(df));
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = x + t * D;  // [D]
-    float* yr = y + t * D;        // [D]
+    float* yr = y + t * D;  // [D]
     V ss = hn::Zero(df);
     int64_t i = 0;
     for (; i + L <= D; i += L) {
@@ -64,12 +64,10 @@ void SiluMulN(const float* gate, const float* up, int64_t n, float* out) {
   const hn::ScalableTag<float> df;
   const int64_t L = int64_t(hn::Lanes(df));
   int64_t i = 0;
-  for (; i + L <= n; i += L)
-    hn::StoreU(SiluMul(df, hn::LoadU(df, gate + i), hn::LoadU(df, up + i)), df, out + i);
+  for (; i + L <= n; i += L) hn::StoreU(SiluMul(df, hn::LoadU(df, gate + i), hn::LoadU(df, up + i)), df, out + i);
   if (i < n) {
     const size_t rem = size_t(n - i);
-    StoreTail(df, SiluMul(df, LoadF32Tail(df, gate + i, rem), LoadF32Tail(df, up + i, rem)),
-              out + i, rem);
+    StoreTail(df, SiluMul(df, LoadF32Tail(df, gate + i, rem), LoadF32Tail(df, up + i, rem)), out + i, rem);
   }
 }
 
@@ -97,8 +95,6 @@ void rmsnorm(const float* x, int64_t T, int64_t D, const float* w, float eps, fl
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(SiluMulN)(gate, up, n, out);
 }
-void add(const float* a, const float* b, int64_t n, float* y) {
-  HWY_DYNAMIC_DISPATCH(AddN)(a, b, n, y);
-}
+void add(const float* a, const float* b, int64_t n, float* y) { HWY_DYNAMIC_DISPATCH(AddN)(a, b, n, y); }
 }  // namespace tinyloop::cpu
 #endif

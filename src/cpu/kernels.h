@@ -56,17 +56,16 @@ void set_bf16dot_portable(bool on);
 // ops/kv_quant.h, int8 values with a float scale per (position, kv head), widened and scaled
 // inside the dot products), contiguous or paged. Tiles of query rows x kv heads are split
 // across the thread pool.
-void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv,
-               const int64_t* q_pos, const int64_t* k_lo, float* out);
+void attention(const float* q, int64_t T, int64_t n_heads, const ops::KvView& kv, const int64_t* q_pos,
+               const int64_t* k_lo, float* out);
 // The same over the row groups of many sequences (ops::attention_batch): one parallel loop
 // over (group, tile, kv head), every row bit-identical to cpu::attention of that row alone.
-void attention_batch(const float* q, int64_t T, int64_t n_heads, const ops::KvRowGroup* groups,
-                     int64_t n_groups, const int64_t* q_pos, const int64_t* k_lo, float* out);
+void attention_batch(const float* q, int64_t T, int64_t n_heads, const ops::KvRowGroup* groups, int64_t n_groups,
+                     const int64_t* q_pos, const int64_t* k_lo, float* out);
 
 // Writes K/V rows into an F32 or F16 slot (F16: hardware conversion), same contract as
 // ops::kv_write.
-void kv_write(const ops::KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos,
-              int64_t T);
+void kv_write(const ops::KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos, int64_t T);
 
 // y[T, D] = x / sqrt(mean(x^2) + eps) * w[D]; y may alias x.
 void rmsnorm(const float* x, int64_t T, int64_t D, const float* w, float eps, float* y);
@@ -77,8 +76,8 @@ void add(const float* a, const float* b, int64_t n, float* y);
 // In place on x[T, n_heads, head_dim], same contract and bits as ops::ref::rope (cpu/rope.cc);
 // cos / sin rows are cached per thread by position. Throws std::invalid_argument on an odd
 // head_dim.
-void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t* pos,
-          float theta, ops::RopeLayout layout);
+void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t* pos, float theta,
+          ops::RopeLayout layout);
 
 // Name of the Highway target the dispatcher picks now ("AVX3", "AVX2", "EMU128", ...).
 std::string simd_target_name();

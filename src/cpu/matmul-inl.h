@@ -41,6 +41,8 @@ constexpr int kTileMR = 3, kTileNR = 4;  // 12 + 3 + 1 = 16 of 16
 // out with named accumulators rather than arrays: GCC 12 kept an array of 16 accumulator
 // vectors in memory (a store of each per iteration: 2.5x slower), named ones stay in
 // registers.
+// Macro-generated registers, one statement a line: left as written.
+// clang-format off
 #define TINYLOOP_TILE_COLUMN(J, LOAD)                                   \
   if constexpr (NR > J) {                                               \
     const V wv = LOAD;                                                  \
@@ -98,16 +100,16 @@ HWY_INLINE void DotTile(const float* const* HWY_RESTRICT x, const WT* const* HWY
 }
 #undef TINYLOOP_TILE_COLUMN
 #undef TINYLOOP_TILE_OUT
+// clang-format on
 
 // y[t0 .. t0+mt, n0 .. n0+mj] from a tile result acc[MR * NR] (+ bias). Only the mt x mj
 // valid part is written; padded rows / columns are dropped.
 template <int NR>
-HWY_INLINE void StoreTile(const float* acc, int64_t mt, int64_t mj, const float* bias,
-                          float* y, int64_t N, int64_t t0, int64_t n0) {
+HWY_INLINE void StoreTile(const float* acc, int64_t mt, int64_t mj, const float* bias, float* y, int64_t N, int64_t t0,
+                          int64_t n0) {
   for (int64_t i = 0; i < mt; ++i) {
     float* yr = y + (t0 + i) * N + n0;  // [mj] of row t0 + i
-    for (int64_t j = 0; j < mj; ++j)
-      yr[j] = bias ? acc[i * NR + j] + bias[n0 + j] : acc[i * NR + j];
+    for (int64_t j = 0; j < mj; ++j) yr[j] = bias ? acc[i * NR + j] + bias[n0 + j] : acc[i * NR + j];
   }
 }
 
@@ -123,8 +125,7 @@ HWY_INLINE void StoreTile(const float* acc, int64_t mt, int64_t mj, const float*
 // FMA per 4 cycles consumes 32 B of F16 weights: ~24 GB/s at 3 GHz), and out-of-order
 // execution overlaps consecutive rows.
 template <int MR, typename WT>
-HWY_NOINLINE void FusedRows(const detail::MatmulArgs& a, int64_t t0, int64_t mt, int64_t n0,
-                            int64_t n1) {
+HWY_NOINLINE void FusedRows(const detail::MatmulArgs& a, int64_t t0, int64_t mt, int64_t n0, int64_t n1) {
   const WT* w = static_cast<const WT*>(a.w);  // [N, K]
   const int64_t K = a.K;
   const float* xr[MR];
@@ -141,13 +142,13 @@ HWY_NOINLINE void FusedRows(const detail::MatmulArgs& a, int64_t t0, int64_t mt,
 // Full vectors through LoadF32, the tail through LoadF32Tail: the same exact widening the
 // fused path does in registers.
 template <typename WT>
-HWY_INLINE void WidenRows(const WT* HWY_RESTRICT w, int64_t K, int64_t Kp, int64_t n0,
-                          int64_t nb, float* HWY_RESTRICT buf) {
+HWY_INLINE void WidenRows(const WT* HWY_RESTRICT w, int64_t K, int64_t Kp, int64_t n0, int64_t nb,
+                          float* HWY_RESTRICT buf) {
   const hn::ScalableTag<float> df;
   const int64_t L = int64_t(hn::Lanes(df));
   for (int64_t r = 0; r < nb; ++r) {
     const WT* src = w + (n0 + r) * K;  // [K]
-    float* dst = buf + r * Kp;         // [Kp]
+    float* dst = buf + r * Kp;  // [Kp]
     int64_t k = 0;
     for (; k + L <= K; k += L) hn::StoreU(LoadF32(df, src + k), df, dst + k);
     if (k < K) hn::StoreU(LoadF32Tail(df, src + k, size_t(K - k)), df, dst + k);

@@ -44,7 +44,7 @@ detail::MatmulRangeFn kernel_for(DType t) {
 void permute_for_int4(const float* x, int64_t T, int64_t K, int64_t B, int64_t Kp, float* xp) {
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = x + t * K;  // [K]
-    float* out = xp + t * Kp;     // [Kp]
+    float* out = xp + t * Kp;  // [Kp]
     for (int64_t c0 = 0; c0 < Kp; c0 += 2 * B)
       for (int64_t j = 0; j < B; ++j) {
         const int64_t ke = c0 + 2 * j;  // K is even, so ke < K implies ke + 1 < K

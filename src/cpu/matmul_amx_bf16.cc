@@ -42,9 +42,9 @@
 namespace tinyloop::cpu {
 namespace {
 
-constexpr int64_t C = ops::kBf16DotPanel;      // 64 columns a panel: 4 C tiles of 16
+constexpr int64_t C = ops::kBf16DotPanel;  // 64 columns a panel: 4 C tiles of 16
 constexpr int64_t kPairs = ops::kBf16DotAmxPairs;  // 16 pairs a step: one 64-byte tile row
-constexpr int64_t kRows = 16;                  // rows of every tile
+constexpr int64_t kRows = 16;  // rows of every tile
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define TINYLOOP_AMX_BF16 __attribute__((target("amx-tile,amx-bf16")))
@@ -80,8 +80,8 @@ TINYLOOP_AMX_BF16 void release_tiles() { _tile_release(); }
 //   panel   [K2, 64] pairs of the packed weight
 //   tail    [16, 64] the panel's last K2 % 16 pair-rows, zero-padded (unused when 16 | K2)
 //   out     [16, 64]
-TINYLOOP_AMX_BF16 void block16(const uint32_t* xp, int64_t ldx, int64_t K2, const uint32_t* panel,
-                               const uint32_t* tail, float* out) {
+TINYLOOP_AMX_BF16 void block16(const uint32_t* xp, int64_t ldx, int64_t K2, const uint32_t* panel, const uint32_t* tail,
+                               float* out) {
   // GCC 12's tile intrinsics are asm statements without a memory clobber: these barriers
   // keep the compiler from moving the stores of xp / tail after the loads, or the reads of
   // out before the stores.
@@ -114,8 +114,8 @@ TINYLOOP_AMX_BF16 void block16(const uint32_t* xp, int64_t ldx, int64_t K2, cons
 // tiles: C00 C01 C10 C11 (tmm0-3) from A0 A1 (tmm4-5: rows 0-15, 16-31) and B0 B1 (tmm6-7),
 // so each loaded tile feeds two TDPBF16PS (block16: 1.25 loads a TDPBF16PS, here 1).
 //   xp [32, ldx], panel [K2, 64], tail [16, 64], out [32, 64]: as block16.
-TINYLOOP_AMX_BF16 void block32(const uint32_t* xp, int64_t ldx, int64_t K2, const uint32_t* panel,
-                               const uint32_t* tail, float* out) {
+TINYLOOP_AMX_BF16 void block32(const uint32_t* xp, int64_t ldx, int64_t K2, const uint32_t* panel, const uint32_t* tail,
+                               float* out) {
   __asm__ volatile("" ::: "memory");
   const int64_t full = K2 / kPairs, steps = (K2 + kPairs - 1) / kPairs;
   for (int64_t h = 0; h < C; h += 32) {
@@ -151,8 +151,7 @@ TINYLOOP_AMX_BF16 void block32(const uint32_t* xp, int64_t ldx, int64_t K2, cons
 //   xp     [K2] rounded, paired x row
 //   panel  [K2, 64] pairs
 //   out    [64]
-__attribute__((target("avx512f"))) void row_avx512(const uint32_t* xp, int64_t K2,
-                                                   const uint32_t* panel, float* out) {
+__attribute__((target("avx512f"))) void row_avx512(const uint32_t* xp, int64_t K2, const uint32_t* panel, float* out) {
   const __m512i hi = _mm512_set1_epi32(int(0xffff0000u));
   __m512 acc[4];
   for (int j = 0; j < 4; ++j) acc[j] = _mm512_setzero_ps();
@@ -181,8 +180,7 @@ __attribute__((target("avx512f"))) void row_avx512(const uint32_t* xp, int64_t K
 }  // namespace
 
 // x [T, K], w.bf16dot [ceil(N / 64), K2, 64] pairs, bias [N] or null, y [T, N].
-void matmul_bf16dot_amx(const float* x, int64_t T, const ops::WeightView& w, const float* bias,
-                        float* y) {
+void matmul_bf16dot_amx(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
   if (!w.bf16dot) throw std::invalid_argument("matmul_bf16dot: the weight view has no bf16 copy");
   if (!amx_status().bf16) throw std::logic_error("matmul_bf16dot_amx: " + amx_status().reason);
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -228,11 +226,10 @@ void matmul_bf16dot_amx(const float* x, int64_t T, const ops::WeightView& w, con
         else block16(xp + t0 * K2p, K2p, K2, panel, tail, out);
         for (int64_t r = 0; r < std::min(mt, T - t0); ++r) {
           float* yr = y + (t0 + r) * N + c0;  // [nc]
-          const float* o = out + r * C;       // [64]
+          const float* o = out + r * C;  // [64]
           if (bias)
             for (int64_t c = 0; c < nc; ++c) yr[c] = o[c] + bias[c0 + c];
-          else
-            std::copy(o, o + nc, yr);
+          else std::copy(o, o + nc, yr);
         }
       }
     }

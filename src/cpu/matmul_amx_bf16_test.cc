@@ -32,21 +32,19 @@ using ops::testing::StoredWeight;
 class AmxSummary : public ::testing::Environment {
  public:
   void TearDown() override {
-    if (amx_status().bf16)
-      std::printf("[ AMX      ] AMX-BF16 kernel tested on this CPU\n");
+    if (amx_status().bf16) std::printf("[ AMX      ] AMX-BF16 kernel tested on this CPU\n");
     else
       std::printf("[ AMX      ] NOT TESTED: the AMX-BF16 kernel (%s); only the reference chains ran\n",
                   amx_status().reason.c_str());
   }
 };
-[[maybe_unused]] ::testing::Environment* const g_summary =
-    ::testing::AddGlobalTestEnvironment(new AmxSummary);
+[[maybe_unused]] ::testing::Environment* const g_summary = ::testing::AddGlobalTestEnvironment(new AmxSummary);
 
-#define SKIP_WITHOUT_AMX()                                                      \
-  do {                                                                          \
-    if (!amx_status().bf16) {                                                   \
-      GTEST_SKIP() << "AMX-BF16 kernel untested: " << amx_status().reason;     \
-    }                                                                           \
+#define SKIP_WITHOUT_AMX()                                                 \
+  do {                                                                     \
+    if (!amx_status().bf16) {                                              \
+      GTEST_SKIP() << "AMX-BF16 kernel untested: " << amx_status().reason; \
+    }                                                                      \
   } while (0)
 
 using Case = testing::Bf16dotCase;
@@ -60,8 +58,7 @@ void expect_bits_equal(const std::vector<float>& got, const std::vector<float>& 
 }
 
 std::string name(const Case& c, bool bias) {
-  return "T=" + std::to_string(c.T) + " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) +
-         (bias ? " bias" : "");
+  return "T=" + std::to_string(c.T) + " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) + (bias ? " bias" : "");
 }
 
 void expect_amx_equals_reference(const Case& c, bool bias) {
@@ -111,8 +108,7 @@ TEST(AmxReference, WithinTheDocumentedToleranceOfTheVdpbf16psChain) {
         ++total;
       }
   }
-  std::printf("AMX chain vs vdpbf16ps chain: %lld of %lld elements differ\n", (long long)differ,
-              (long long)total);
+  std::printf("AMX chain vs vdpbf16ps chain: %lld of %lld elements differ\n", (long long)differ, (long long)total);
   EXPECT_GT(differ, 0);
 }
 
@@ -128,8 +124,7 @@ TEST(CpuMatmulAmxBf16, HardwareChainIsTheAmxReferenceNotVdpbf16ps) {
   expect_bits_equal(y, amx_ref, "AMX kernel vs AMX reference");
   int64_t differ = 0;
   for (size_t i = 0; i < y.size(); ++i) differ += std::bit_cast<uint32_t>(y[i]) != std::bit_cast<uint32_t>(vdp_ref[i]);
-  std::printf("TDPBF16PS vs the vdpbf16ps chain: %lld of %zu elements differ (K = 768)\n",
-              (long long)differ, y.size());
+  std::printf("TDPBF16PS vs the vdpbf16ps chain: %lld of %zu elements differ (K = 768)\n", (long long)differ, y.size());
   EXPECT_GT(differ, 0);
 }
 

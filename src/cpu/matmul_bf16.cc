@@ -8,9 +8,7 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace tinyloop::cpu::HWY_NAMESPACE {
-void MatmulRangeBF16(const detail::MatmulArgs& a, int64_t n0, int64_t n1) {
-  MatmulRange<hwy::bfloat16_t>(a, n0, n1);
-}
+void MatmulRangeBF16(const detail::MatmulArgs& a, int64_t n0, int64_t n1) { MatmulRange<hwy::bfloat16_t>(a, n0, n1); }
 }  // namespace tinyloop::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

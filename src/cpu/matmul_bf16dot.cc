@@ -36,14 +36,13 @@ static_assert(C == 64, "the AVX-512 tile holds a panel as 4 vectors");
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define TINYLOOP_BF16DOT_X86 1
-#define TINYLOOP_AVX512BF16 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define TINYLOOP_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 // The AVX512-BF16 tile for MR rows (see the top). Plain arrays of vectors: the loops over
 // them are fully unrolled, so every accumulator lives in a register.
 template <int MR>
-TINYLOOP_AVX512BF16 void TileAvx512Bf16(const uint32_t* xp, int64_t ldx, int64_t K2,
-                                        const uint32_t* panel, float* out) {
+TINYLOOP_AVX512BF16 void TileAvx512Bf16(const uint32_t* xp, int64_t ldx, int64_t K2, const uint32_t* panel,
+                                        float* out) {
   __m512 acc[MR][4];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
@@ -70,8 +69,8 @@ TINYLOOP_AVX512BF16 void TileAvx512Bf16(const uint32_t* xp, int64_t ldx, int64_t
     for (int j = 0; j < 4; ++j) _mm512_storeu_ps(out + r * C + j * 16, acc[r][j]);
 }
 
-TINYLOOP_AVX512BF16 void TileAvx512Bf16Any(const uint32_t* xp, int64_t ldx, int64_t mt,
-                                           int64_t K2, const uint32_t* panel, float* out) {
+TINYLOOP_AVX512BF16 void TileAvx512Bf16Any(const uint32_t* xp, int64_t ldx, int64_t mt, int64_t K2,
+                                           const uint32_t* panel, float* out) {
   switch (mt) {
     case 1: return TileAvx512Bf16<1>(xp, ldx, K2, panel, out);
     case 2: return TileAvx512Bf16<2>(xp, ldx, K2, panel, out);
@@ -100,8 +99,7 @@ std::atomic<bool> g_force_portable{false};
 
 detail::Bf16DotTileFn tile_fn() {
 #ifdef TINYLOOP_BF16DOT_X86
-  if (!g_force_portable.load(std::memory_order_relaxed) && cpu_has_avx512bf16())
-    return &TileAvx512Bf16Any;
+  if (!g_force_portable.load(std::memory_order_relaxed) && cpu_has_avx512bf16()) return &TileAvx512Bf16Any;
 #endif
   return detail::bf16dot_tile_portable();
 }
@@ -118,13 +116,11 @@ bool bf16dot_uses_amx() { return use_amx(); }
 
 std::string bf16dot_kernel_name() {
   if (use_amx()) return "amx";
-  return tile_fn() == detail::bf16dot_tile_portable() ? "portable-" + simd_target_name()
-                                                      : "avx512bf16";
+  return tile_fn() == detail::bf16dot_tile_portable() ? "portable-" + simd_target_name() : "avx512bf16";
 }
 
 // x [T, K], w.bf16dot [ceil(N / 64), K2, 64] pairs, bias [N] or null, y [T, N].
-void matmul_bf16dot(const float* x, int64_t T, const ops::WeightView& w, const float* bias,
-                    float* y) {
+void matmul_bf16dot(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
   if (!w.bf16dot) throw std::invalid_argument("matmul_bf16dot: the weight view has no bf16 copy");
   if (use_amx()) return matmul_bf16dot_amx(x, T, w, bias, y);
   const int64_t N = w.rows, K = w.cols, K2 = (K + 1) / 2;
@@ -143,11 +139,10 @@ void matmul_bf16dot(const float* x, int64_t T, const ops::WeightView& w, const f
       fn(xpd + t0 * K2, K2, mt, K2, panel, out);
       for (int64_t r = 0; r < mt; ++r) {
         float* yr = y + (t0 + r) * N + n0;  // [nc]
-        const float* o = out + r * C;       // [64]
+        const float* o = out + r * C;  // [64]
         if (bias)
           for (int64_t c = 0; c < nc; ++c) yr[c] = o[c] + bias[n0 + c];
-        else
-          std::copy(o, o + nc, yr);
+        else std::copy(o, o + nc, yr);
       }
     }
   };

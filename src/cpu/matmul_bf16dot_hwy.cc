@@ -41,13 +41,13 @@ HWY_INLINE void Bf16DotRows(const uint32_t* HWY_RESTRICT xp, int64_t ldx, int64_
       const auto u1 = hn::LoadU(du, panel + i * C + c0 + L);
       const V we0 = hn::BitCast(df, hn::ShiftLeft<16>(u0)), wo0 = hn::BitCast(df, hn::And(u0, hi_mask));
       const V we1 = hn::BitCast(df, hn::ShiftLeft<16>(u1)), wo1 = hn::BitCast(df, hn::And(u1, hi_mask));
-#define TINYLOOP_BF16DOT_ROW(R)                                                  \
-  if constexpr (MR > R) {                                                        \
-    const uint32_t xv = xp[R * ldx + i];                                         \
-    const V xe = hn::Set(df, std::bit_cast<float>(xv << 16));                    \
-    const V xo = hn::Set(df, std::bit_cast<float>(xv & 0xffff0000u));            \
-    a##R##0 = hn::MulAdd(xe, we0, hn::MulAdd(xo, wo0, a##R##0));                 \
-    a##R##1 = hn::MulAdd(xe, we1, hn::MulAdd(xo, wo1, a##R##1));                 \
+#define TINYLOOP_BF16DOT_ROW(R)                                       \
+  if constexpr (MR > R) {                                             \
+    const uint32_t xv = xp[R * ldx + i];                              \
+    const V xe = hn::Set(df, std::bit_cast<float>(xv << 16));         \
+    const V xo = hn::Set(df, std::bit_cast<float>(xv & 0xffff0000u)); \
+    a##R##0 = hn::MulAdd(xe, we0, hn::MulAdd(xo, wo0, a##R##0));      \
+    a##R##1 = hn::MulAdd(xe, we1, hn::MulAdd(xo, wo1, a##R##1));      \
   }
       TINYLOOP_BF16DOT_ROW(0)
       TINYLOOP_BF16DOT_ROW(1)
@@ -62,8 +62,7 @@ HWY_INLINE void Bf16DotRows(const uint32_t* HWY_RESTRICT xp, int64_t ldx, int64_
 }
 
 // The Bf16DotTileFn contract (matmul_bf16dot_internal.h): rows in groups of 3.
-void Bf16DotTile(const uint32_t* xp, int64_t ldx, int64_t mt, int64_t K2, const uint32_t* panel,
-                 float* out) {
+void Bf16DotTile(const uint32_t* xp, int64_t ldx, int64_t mt, int64_t K2, const uint32_t* panel, float* out) {
   constexpr int64_t C = ops::kBf16DotPanel;
   for (int64_t r = 0; r < mt; r += 3) {
     const uint32_t* x = xp + r * ldx;

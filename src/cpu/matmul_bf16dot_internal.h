@@ -15,8 +15,8 @@ constexpr int64_t kBf16DotMaxRows = 6;
 //   xp    rounded, paired x rows: row r at xp + r * ldx, K2 pairs each
 //   panel [K2, 64] pairs of the packed weight
 //   out   [mt, 64]
-using Bf16DotTileFn = void (*)(const uint32_t* xp, int64_t ldx, int64_t mt, int64_t K2,
-                               const uint32_t* panel, float* out);
+using Bf16DotTileFn = void (*)(const uint32_t* xp, int64_t ldx, int64_t mt, int64_t K2, const uint32_t* panel,
+                               float* out);
 
 // The portable kernel for the best Highway target of this CPU (resolved per call, so a test
 // that forces a target gets that target).

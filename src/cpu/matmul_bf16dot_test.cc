@@ -67,8 +67,9 @@ void expect_equal_to_reference(const Case& c, bool bias) {
   std::vector<float> y(size_t(c.T * c.N), NAN), ref(size_t(c.T * c.N), NAN);
   cpu::matmul_bf16dot(c.x.data(), c.T, c.view(), b, y.data());
   ops::ref::matmul_bf16dot(c.x.data(), c.T, c.view(), b, ref.data());
-  expect_bits_equal(y, ref, "T=" + std::to_string(c.T) + " K=" + std::to_string(c.K) + " N=" +
-                                std::to_string(c.N) + " " + dtype_name(c.w.dtype) + (bias ? " bias" : ""));
+  expect_bits_equal(y, ref,
+                    "T=" + std::to_string(c.T) + " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) + " " +
+                        dtype_name(c.w.dtype) + (bias ? " bias" : ""));
 }
 
 TEST(CpuMatmulBf16Dot, AvxKernelAvailableWhereTheCpuHasIt) {
@@ -110,9 +111,9 @@ TEST(CpuMatmulBf16Dot, BatchAndThreadInvariant) {
         set_num_threads(threads);
         for (int64_t t = 0; t < T; ++t) {
           cpu::matmul_bf16dot(c.x.data() + t * c.K, 1, c.view(), c.b.data(), row.data());
-          expect_bits_equal(row, std::vector<float>(all.begin() + t * c.N, all.begin() + (t + 1) * c.N),
-                            "T=" + std::to_string(T) + " t=" + std::to_string(t) +
-                                " threads=" + std::to_string(threads));
+          expect_bits_equal(
+              row, std::vector<float>(all.begin() + t * c.N, all.begin() + (t + 1) * c.N),
+              "T=" + std::to_string(T) + " t=" + std::to_string(t) + " threads=" + std::to_string(threads));
           if (::testing::Test::HasFatalFailure()) return;
         }
         std::vector<float> again(all.size());

@@ -8,9 +8,7 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace tinyloop::cpu::HWY_NAMESPACE {
-void MatmulRangeF32(const detail::MatmulArgs& a, int64_t n0, int64_t n1) {
-  MatmulRange<float>(a, n0, n1);
-}
+void MatmulRangeF32(const detail::MatmulArgs& a, int64_t n0, int64_t n1) { MatmulRange<float>(a, n0, n1); }
 }  // namespace tinyloop::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

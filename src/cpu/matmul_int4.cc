@@ -9,9 +9,7 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace tinyloop::cpu::HWY_NAMESPACE {
-void MatmulRangeU4(const detail::MatmulArgs& a, int64_t n0, int64_t n1) {
-  MatmulRangeQuant<true>(a, n0, n1);
-}
+void MatmulRangeU4(const detail::MatmulArgs& a, int64_t n0, int64_t n1) { MatmulRangeQuant<true>(a, n0, n1); }
 // Bytes of a block = float lanes of this target (matmul_internal.h).
 int64_t Int4BlockBytes() { return int64_t(hn::Lanes(hn::ScalableTag<float>())); }
 }  // namespace tinyloop::cpu::HWY_NAMESPACE

@@ -9,9 +9,7 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace tinyloop::cpu::HWY_NAMESPACE {
-void MatmulRangeI8(const detail::MatmulArgs& a, int64_t n0, int64_t n1) {
-  MatmulRangeQuant<false>(a, n0, n1);
-}
+void MatmulRangeI8(const detail::MatmulArgs& a, int64_t n0, int64_t n1) { MatmulRangeQuant<false>(a, n0, n1); }
 }  // namespace tinyloop::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

@@ -7,18 +7,18 @@ namespace tinyloop::cpu::detail {
 
 // One matmul call: y[T, N] = x[T, K] @ W[N, K]^T (+ bias[N]).
 struct MatmulArgs {
-  const float* x;     // [T, K] (int4: [T, ldx], the columns permuted, see below)
+  const float* x;  // [T, K] (int4: [T, ldx], the columns permuted, see below)
   int64_t T;
-  const void* w;      // [N, K] in the weight dtype (int4: [N, K / 2] bytes)
+  const void* w;  // [N, K] in the weight dtype (int4: [N, K / 2] bytes)
   int64_t N, K;
   const float* bias;  // [N] or null
-  float* y;           // [T, N]
+  float* y;  // [T, N]
   // Quantized weights only (ops::WeightView has the formulas).
   int64_t group = 0;
   bool scale_f16 = false;
-  const void* scales = nullptr;   // [N, K / group]
+  const void* scales = nullptr;  // [N, K / group]
   const void* offsets = nullptr;  // [N, K / group], int4
-  int64_t ldx = 0;                // int4: row stride of the permuted x
+  int64_t ldx = 0;  // int4: row stride of the permuted x
 };
 
 // int4 kernels read a block of B bytes of a weight row (2B columns) as B low nibbles (the

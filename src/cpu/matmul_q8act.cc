@@ -33,17 +33,17 @@
 namespace tinyloop::cpu::detail {
 struct Q8ActArgs {
   const int16_t* xq;  // [T, K] quantized x widened (int4: each block permuted)
-  const float* dx;    // [T, K / 32] block scales
-  const float* sx;    // [T, K / 32] block sums (Q8_1 s)
+  const float* dx;  // [T, K / 32] block scales
+  const float* sx;  // [T, K / 32] block sums (Q8_1 s)
   int64_t T, N, K;
   bool int4;
-  const void* w;      // int8 [N, K] / int4 [N, K / 2]
+  const void* w;  // int8 [N, K] / int4 [N, K / 2]
   int64_t group;
   bool scale_f16;
-  const void* scales;   // [N, K / group]
+  const void* scales;  // [N, K / group]
   const void* offsets;  // [N, K / group] int4
-  const float* bias;    // [N] or null
-  float* y;             // [T, N]
+  const float* bias;  // [N] or null
+  float* y;  // [T, N]
 };
 }  // namespace tinyloop::cpu::detail
 #endif
@@ -67,8 +67,8 @@ HWY_INLINE void WidenRow(const detail::Q8ActArgs& a, int64_t n, int16_t* HWY_RES
   const auto mask = hn::Set(d16, int16_t(0x0f));
   for (int64_t c0 = 0; c0 < a.K; c0 += ops::kQ8Block) {
     for (int64_t j = 0; j < 16; j += L) {
-      const auto v = hn::BitCast(d16, hn::PromoteTo(hn::RebindToUnsigned<decltype(d16)>(),
-                                                    hn::LoadU(du8, q + c0 / 2 + j)));
+      const auto v =
+          hn::BitCast(d16, hn::PromoteTo(hn::RebindToUnsigned<decltype(d16)>(), hn::LoadU(du8, q + c0 / 2 + j)));
       hn::StoreU(hn::And(v, mask), d16, w16 + c0 + j);
       hn::StoreU(hn::ShiftRight<4>(v), d16, w16 + c0 + 16 + j);
     }
@@ -79,9 +79,8 @@ HWY_INLINE void WidenRow(const detail::Q8ActArgs& a, int64_t n, int16_t* HWY_RES
 // Each (t, n) has its own accumulator chain in the same order whatever MR (batch invariance);
 // MR rows only share the weight loads.
 template <int MR>
-HWY_INLINE void DotRows(const detail::Q8ActArgs& a, const int16_t* HWY_RESTRICT w16,
-                        const float* HWY_RESTRICT dw, const float* HWY_RESTRICT ow, int64_t t0,
-                        int64_t n) {
+HWY_INLINE void DotRows(const detail::Q8ActArgs& a, const int16_t* HWY_RESTRICT w16, const float* HWY_RESTRICT dw,
+                        const float* HWY_RESTRICT ow, int64_t t0, int64_t n) {
   const hn::ScalableTag<int16_t> d16;
   const hn::Repartition<int32_t, decltype(d16)> d32;
   const hn::Repartition<float, decltype(d16)> df;
@@ -106,8 +105,7 @@ HWY_INLINE void DotRows(const detail::Q8ActArgs& a, const int16_t* HWY_RESTRICT 
       for (int i = 0; i < MR; ++i) {
         auto s0 = hn::Zero(d32), s1 = hn::Zero(d32);
         for (int64_t c = 0; c < ops::kQ8Block; c += L16)
-          s0 = hn::ReorderWidenMulAccumulate(d32, hn::LoadU(d16, w16 + k0 + c),
-                                             hn::LoadU(d16, xq[i] + k0 + c), s0, s1);
+          s0 = hn::ReorderWidenMulAccumulate(d32, hn::LoadU(d16, w16 + k0 + c), hn::LoadU(d16, xq[i] + k0 + c), s0, s1);
         const auto isum = hn::RearrangeToOddPlusEven(s0, s1);  // partial sums of block b
         acc[i] = hn::MulAdd(hn::ConvertTo(df, isum), hn::Set(df, s * dx[i][b]), acc[i]);
         if (a.int4) off[i] += o * sx[i][b];
@@ -166,18 +164,19 @@ constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task (as matmul.cc
 }  // namespace
 
 // x [T, K], w [N, K], bias [N] or null, y [T, N].
-void detail::matmul_q8act_hwy(const float* x, int64_t T, const ops::WeightView& w, const float* bias,
-                              float* y) {
+void detail::matmul_q8act_hwy(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
   if (!ops::q8act_applies(w))
-    throw std::invalid_argument("q8 activations: need an int8/int4 weight with a group that is a "
-                                "multiple of 32, got group " + std::to_string(w.group));
+    throw std::invalid_argument(
+        "q8 activations: need an int8/int4 weight with a group that is a "
+        "multiple of 32, got group " +
+        std::to_string(w.group));
   ops::detail::check_quant_view(w);
   const int64_t N = w.rows, K = w.cols, nb = K / ops::kQ8Block;
   if (T <= 0 || N <= 0) return;
   const bool int4 = w.dtype == DType::U4;
-  thread_local std::vector<int16_t> xq;   // [T, K]
+  thread_local std::vector<int16_t> xq;  // [T, K]
   thread_local std::vector<float> dx, sx;  // [T, nb]
-  thread_local std::vector<int8_t> q8;     // [K] one row before widening
+  thread_local std::vector<int8_t> q8;  // [K] one row before widening
   if (xq.size() < size_t(T * K)) xq.resize(size_t(T * K));
   if (dx.size() < size_t(T * nb)) dx.resize(size_t(T * nb)), sx.resize(size_t(T * nb));
   if (q8.size() < size_t(K)) q8.resize(size_t(K));
@@ -191,8 +190,8 @@ void detail::matmul_q8act_hwy(const float* x, int64_t T, const ops::WeightView& 
         out[c0 + dst] = q8[size_t(c0 + j)];
       }
   }
-  detail::Q8ActArgs a{xq.data(), dx.data(), sx.data(), T, N, K, int4, w.data, w.group,
-                      w.scale_dtype == DType::F16, w.scales, w.offsets, bias, y};
+  detail::Q8ActArgs a{xq.data(), dx.data(), sx.data(), T, N, K, int4, w.data, w.group, w.scale_dtype == DType::F16,
+                      w.scales,  w.offsets, bias,      y};
   const auto fn = HWY_DYNAMIC_DISPATCH(Q8ActRange);
   detail::for_row_chunks(T, N, K, kRowsPerTask, [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
 }
@@ -235,8 +234,9 @@ std::string q8act_kernel_name() {
 
 void pack_q8act(const ops::WeightView& w, void* out) {
   if (cpu::q8act_packed_bytes(w) == 0)
-    throw std::invalid_argument("pack_q8act: the weight can not be packed (needs int8/int4 with a group that is "
-                                "a multiple of 32, and a CPU with AVX512-VNNI or AVX2)");
+    throw std::invalid_argument(
+        "pack_q8act: the weight can not be packed (needs int8/int4 with a group that is "
+        "a multiple of 32, and a CPU with AVX512-VNNI or AVX2)");
   detail::pack_q8act(w, out);
 }
 

@@ -53,10 +53,10 @@ namespace tinyloop::cpu::detail {
 
 namespace {
 
-constexpr int64_t kGroupRows = 16;    // output rows interleaved in one cell
-constexpr int64_t kQuadBytes = 64;    // one quad of 16 rows: one zmm
+constexpr int64_t kGroupRows = 16;  // output rows interleaved in one cell
+constexpr int64_t kQuadBytes = 64;  // one quad of 16 rows: one zmm
 constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task: 2 groups (as matmul.cc)
-constexpr int64_t kTChunk = 64;       // x rows per pass over a task's cells
+constexpr int64_t kTChunk = 64;  // x rows per pass over a task's cells
 // Decode prefetches this many cells ahead in each group's run. Engine tg128 int4, 1 thread:
 // none 175-198 t/s, 4 cells 197-215, 8-32 no better (Xeon, 2026-12-01): decode streams the
 // weights at the core's bandwidth (~22 GB/s), the prefetch only evens out the stream.
@@ -84,8 +84,9 @@ int64_t q8act_packed_bytes(const ops::WeightView& w) {
 
 void pack_q8act(const ops::WeightView& w, void* out) {
   if (!packable(w))
-    throw std::invalid_argument("pack_q8act: needs an int8/int4 weight with a group that is a multiple of 32 "
-                                "and a CPU with AVX512-VNNI or AVX2");
+    throw std::invalid_argument(
+        "pack_q8act: needs an int8/int4 weight with a group that is a multiple of 32 "
+        "and a CPU with AVX512-VNNI or AVX2");
   ops::detail::check_quant_view(w);
   const bool int4 = w.dtype == DType::U4;
   const int64_t N = w.rows, K = w.cols, nb = K / ops::kQ8Block, ng = K / w.group;
@@ -100,11 +101,11 @@ void pack_q8act(const ops::WeightView& w, void* out) {
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* cell = dst + (g * nb + b) * cb;  // [wb] weight bytes, then d_w [16] (, o_w [16])
       std::memset(cell, int4 ? 0 : 0x80, size_t(wb));  // padding rows: q = 0 (int8 stored + 128)
-      std::memset(cell + wb, 0, size_t(cb - wb));      // and params 0
+      std::memset(cell + wb, 0, size_t(cb - wb));  // and params 0
       for (int64_t r = 0; r < kGroupRows && g * kGroupRows + r < N; ++r) {
         const int64_t n = g * kGroupRows + r;
         const uint8_t* src = wq + n * row_bytes;  // the row's bytes
-        const int64_t p = n * ng + b / bpg;       // the row's param index of this block
+        const int64_t p = n * ng + b / bpg;  // the row's param index of this block
         // The params copied as stored (F16 or F32 bits).
         std::memcpy(cell + wb + r * ps, static_cast<const uint8_t*>(w.scales) + p * ps, size_t(ps));
         if (int4)
@@ -138,8 +139,8 @@ void matmul_q8act_packed(const float*, int64_t, const ops::WeightView&, const fl
 #else
 
 bool packed_avx2_supported() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
+  static const bool ok =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   return ok;
 }
 
@@ -155,10 +156,10 @@ struct Ctx {
   const float* sx;
   const int32_t* corr;
   const uint8_t* packed;  // [ceil(N / 16), nb, cell]
-  int64_t cb, wb;         // cell bytes, weight bytes of a cell
-  bool prefetch;          // decode: prefetch the cells kPrefetchCells ahead
-  const float* bias;      // [N] or null
-  float* y;               // [T, N]
+  int64_t cb, wb;  // cell bytes, weight bytes of a cell
+  bool prefetch;  // decode: prefetch the cells kPrefetchCells ahead
+  const float* bias;  // [N] or null
+  float* y;  // [T, N]
 };
 
 // 16 params at p (F16 or F32), as floats (F16 -> F32 is exact).
@@ -180,7 +181,7 @@ TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t g0) {
     for (int g = 0; g < NG; ++g) acc[i][g] = _mm512_setzero_ps();
   for (int64_t b = 0; b < c.nb; ++b) {
     __m512i wq[NG][8];  // the u8 operands of the 8 quads of block b
-    __m512 dw[NG];      // d_w of the 16 rows
+    __m512 dw[NG];  // d_w of the 16 rows
     for (int g = 0; g < NG; ++g) {
       const uint8_t* cell = run[g] + b * c.cb;
       if (c.prefetch) {  // the decode stream runs through each group's cells
@@ -287,8 +288,8 @@ TL_AVX2 void tile_avx2(const Ctx& c, int64_t t0, int64_t g) {
         }
       } else {
         for (int q = 0; q < 8; ++q)
-          wq[q] = _mm256_xor_si256(
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cell + q * kQuadBytes + h * 32)), flip);
+          wq[q] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(cell + q * kQuadBytes + h * 32)),
+                                   flip);
       }
       const __m256 dw = load_params8<PF16>(cell + c.wb + h * kHalfParams);
       for (int i = 0; i < MR; ++i) {
@@ -336,9 +337,10 @@ constexpr int kMaxMR = 4, kNG = 2;
 
 template <bool INT4, bool PF16>
 TileFn pick(int mr, int ng) {
-  static constexpr TileFn table[kMaxMR][kNG] = {
-      {&tile<1, 1, INT4, PF16>, &tile<1, 2, INT4, PF16>}, {&tile<2, 1, INT4, PF16>, &tile<2, 2, INT4, PF16>},
-      {&tile<3, 1, INT4, PF16>, &tile<3, 2, INT4, PF16>}, {&tile<4, 1, INT4, PF16>, &tile<4, 2, INT4, PF16>}};
+  static constexpr TileFn table[kMaxMR][kNG] = {{&tile<1, 1, INT4, PF16>, &tile<1, 2, INT4, PF16>},
+                                                {&tile<2, 1, INT4, PF16>, &tile<2, 2, INT4, PF16>},
+                                                {&tile<3, 1, INT4, PF16>, &tile<3, 2, INT4, PF16>},
+                                                {&tile<4, 1, INT4, PF16>, &tile<4, 2, INT4, PF16>}};
   return table[mr - 1][ng - 1];
 }
 
@@ -369,10 +371,8 @@ void range(const Ctx& c, PackedIsa isa, int64_t n0, int64_t n1) {
       const int ng = int(std::min<int64_t>(step, gb - g));
       for (int64_t t = tc; t < te; t += kMaxMR) {
         const int mr = int(std::min<int64_t>(kMaxMR, te - t));
-        if (isa == PackedIsa::Avx512Vnni)
-          pick(c.int4, c.pf16, mr, ng)(c, t, g);
-        else
-          pick_avx2(c.int4, c.pf16, mr)(c, t, g);
+        if (isa == PackedIsa::Avx512Vnni) pick(c.int4, c.pf16, mr, ng)(c, t, g);
+        else pick_avx2(c.int4, c.pf16, mr)(c, t, g);
       }
     }
   }
@@ -384,8 +384,9 @@ void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, co
                          PackedIsa isa) {
   if (!w.q8packed) throw std::invalid_argument("matmul_q8act_packed: the view has no packed copy");
   if (!ops::q8act_applies(w))
-    throw std::invalid_argument("q8 activations: the packed kernel needs an int8/int4 weight with a group "
-                                "that is a multiple of 32");
+    throw std::invalid_argument(
+        "q8 activations: the packed kernel needs an int8/int4 weight with a group "
+        "that is a multiple of 32");
   if (isa == PackedIsa::Avx512Vnni ? !vnni_supported() : !packed_avx2_supported())
     throw std::runtime_error(std::string("q8 activations: this CPU has no ") +
                              (isa == PackedIsa::Avx512Vnni ? "AVX512-VNNI" : "AVX2 + FMA + F16C"));
@@ -399,7 +400,7 @@ void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, co
   // x rows quantized bit for bit as the reference (the AVX-512 quantizer for q, amax and the
   // integer sums, d and s by the reference's ops::detail::q8_block_scales in plain code;
   // without AVX-512 the reference's own quantizer).
-  thread_local std::vector<int8_t> xq;          // [T, K]
+  thread_local std::vector<int8_t> xq;  // [T, K]
   thread_local std::vector<float> dx, sx, amax;  // [T, nb], [T, nb], [nb]
   thread_local std::vector<int32_t> corr, qsum;  // [T, nb], [nb]
   const int64_t nb = c.nb;

@@ -66,8 +66,8 @@ void check_exact(const ops::testing::StoredQuant& st, const std::vector<float>& 
     detail::matmul_q8act_packed(x.data(), T, pk.view, bias, got.data(), isa);
     for (int64_t i = 0; i < T * N; ++i)
       ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)]))
-          << (isa == detail::PackedIsa::Avx2 ? "avx2" : "avx512vnni") << " t=" << i / N << " n=" << i % N
-          << " got " << got[size_t(i)] << " want " << want[size_t(i)];
+          << (isa == detail::PackedIsa::Avx2 ? "avx2" : "avx512vnni") << " t=" << i / N << " n=" << i % N << " got "
+          << got[size_t(i)] << " want " << want[size_t(i)];
   }
 }
 
@@ -99,10 +99,10 @@ TEST(CpuQ8ActPacked, ExactOnExtremeValues) {
   for (int64_t i = 0; i < N * K; ++i) wf[size_t(i)] = float(int(i * 7919 % 256) - 128) / 128.f;
   std::vector<float> x(size_t(T * K), 0.f);  // [T, K]: row 0 stays zero
   for (int64_t k = 0; k < K; ++k) {
-    x[size_t(1 * K + k)] = (k % 2 ? -1.f : 1.f) * 1000.f;          // full scale, both signs
-    x[size_t(2 * K + k)] = k < 32 ? 0.f : float(k % 13) - 6.f;     // a zero block first
-    x[size_t(3 * K + k)] = -1e-30f * float(k % 5);                  // tiny negatives
-    x[size_t(4 * K + k)] = k % 32 == 0 ? 3.f : 0.f;                 // one nonzero per block
+    x[size_t(1 * K + k)] = (k % 2 ? -1.f : 1.f) * 1000.f;  // full scale, both signs
+    x[size_t(2 * K + k)] = k < 32 ? 0.f : float(k % 13) - 6.f;  // a zero block first
+    x[size_t(3 * K + k)] = -1e-30f * float(k % 5);  // tiny negatives
+    x[size_t(4 * K + k)] = k % 32 == 0 ? 3.f : 0.f;  // one nonzero per block
     x[size_t(5 * K + k)] = float(k) - 140.f;
   }
   for (DType dt : {DType::I8, DType::U4})

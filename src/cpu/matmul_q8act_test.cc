@@ -39,22 +39,23 @@ float bound(const std::vector<float>& x, int64_t t, const ops::WeightView& w, in
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t g = n * ng + b * 32 / w.group;
     double isum = 0;
-    for (int64_t j = b * 32; j < b * 32 + 32; ++j) isum += std::fabs(double(ops::detail::quant_q(w, n, j) * q[size_t(j)]));
+    for (int64_t j = b * 32; j < b * 32 + 32; ++j)
+      isum += std::fabs(double(ops::detail::quant_q(w, n, j) * q[size_t(j)]));
     mag += std::fabs(ops::detail::quant_param(w.scales, w.scale_dtype, g) * d[size_t(b)]) * isum;
   }
   return float(mag * 1e-6 + 1e-6);
 }
 
 TEST(CpuQ8Act, MatchesReferenceOnEveryTarget) {
-  const Case cases[] = {{DType::I8, 32, 32, DType::F32}, {DType::I8, 96, 32, DType::F16},
+  const Case cases[] = {{DType::I8, 32, 32, DType::F32},  {DType::I8, 96, 32, DType::F16},
                         {DType::I8, 736, 32, DType::F16}, {DType::I8, 160, 160, DType::F32},
                         {DType::U4, 32, 32, DType::F32},  {DType::U4, 224, 32, DType::F16},
                         {DType::U4, 576, 64, DType::F16}, {DType::U4, 480, 96, DType::F32}};
   testing::for_each_target([&] {
     for (const Case& c : cases) {
       for (int64_t T : {1, 3, 7}) {
-        SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " K=" + std::to_string(c.K) + " G=" +
-                     std::to_string(c.G) + " T=" + std::to_string(T));
+        SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " K=" + std::to_string(c.K) + " G=" + std::to_string(c.G) +
+                     " T=" + std::to_string(T));
         const int64_t N = 67;
         const auto x = random_floats(size_t(T * c.K), uint32_t(c.K + T), -2.f, 2.f);
         const auto st = store_quant(random_floats(size_t(N * c.K), 9), N, c.K, c.dtype, c.G, c.sd);
@@ -101,7 +102,8 @@ void check_vnni(const ops::testing::StoredQuant& st, const std::vector<float>& x
   for (int64_t t = 0; t < T; ++t)
     for (int64_t n = 0; n < N; ++n) {
       const float b = bound(x, t, w, n);
-      ASSERT_NEAR(got[size_t(t * N + n)], want[size_t(t * N + n)], b) << "ref t=" << t << " n=" << n << " hwy=" << hwy[size_t(t * N + n)];
+      ASSERT_NEAR(got[size_t(t * N + n)], want[size_t(t * N + n)], b)
+          << "ref t=" << t << " n=" << n << " hwy=" << hwy[size_t(t * N + n)];
       ASSERT_NEAR(got[size_t(t * N + n)], hwy[size_t(t * N + n)], 2 * b) << "hwy t=" << t << " n=" << n;
     }
   for (int64_t t = 0; t < T; ++t) {
@@ -123,8 +125,8 @@ TEST(CpuQ8ActVnni, MatchesReferenceAndHighway) {
   const std::vector<Case> cases = ops::testing::q8_kernel_cases();
   for (const Case& c : cases)
     for (int64_t T : {1, 2, 3, 4, 5, 6, 7, 8, 9, 70}) {
-      SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " K=" + std::to_string(c.K) + " G=" +
-                   std::to_string(c.G) + " " + dtype_name(c.sd) + " T=" + std::to_string(T));
+      SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " K=" + std::to_string(c.K) + " G=" + std::to_string(c.G) + " " +
+                   dtype_name(c.sd) + " T=" + std::to_string(T));
       for (int64_t N : {1, 3, 67}) {
         const auto x = random_floats(size_t(T * c.K), uint32_t(c.K + T), -2.f, 2.f);
         const auto st = store_quant(random_floats(size_t(N * c.K), uint32_t(9 + N)), N, c.K, c.dtype, c.G, c.sd);
@@ -209,10 +211,10 @@ TEST(CpuQ8ActVnni, QuantizesLikeTheReference) {
   for (int64_t t = 0; t < T; ++t)
     for (int64_t k = 0; k < K; ++k) {
       float& v = x[size_t(t * K + k)];
-      if (k % 32 == 0) v = 2.5f + float(t);                                   // the block's amax
+      if (k % 32 == 0) v = 2.5f + float(t);  // the block's amax
       else if (k % 3 == 0) v = (2.5f + float(t)) * (float(k % 127) + 0.5f) / 127.f * (k % 2 ? -1.f : 1.f);
       else if (k % 7 == 0) v = 0.f;
-      if (t == 4 && k >= 64 && k < 96) v = 0.f;                              // all-zero block
+      if (t == 4 && k >= 64 && k < 96) v = 0.f;  // all-zero block
     }
   auto st = store_quant(std::vector<float>(size_t(N * K), 0.f), N, K, DType::I8, 32, DType::F32);
   std::fill(st.q.begin(), st.q.end(), uint8_t(0));
@@ -232,10 +234,8 @@ TEST(CpuQ8ActVnni, DispatchPicksVnniWhenSupported) {
   const auto st = store_quant(random_floats(size_t(N * K), 5), N, K, DType::U4, 32, DType::F16);
   std::vector<float> got(size_t(T * N)), want(size_t(T * N));
   cpu::matmul_q8act(x.data(), T, st.view(), nullptr, got.data());
-  if (detail::vnni_supported())
-    detail::matmul_q8act_vnni(x.data(), T, st.view(), nullptr, want.data());
-  else
-    detail::matmul_q8act_hwy(x.data(), T, st.view(), nullptr, want.data());
+  if (detail::vnni_supported()) detail::matmul_q8act_vnni(x.data(), T, st.view(), nullptr, want.data());
+  else detail::matmul_q8act_hwy(x.data(), T, st.view(), nullptr, want.data());
   for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
 }
 

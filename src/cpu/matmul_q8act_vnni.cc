@@ -76,10 +76,10 @@ bool vnni_supported() {
 
 namespace {
 
-constexpr int64_t kVecBytes = 64;     // one zmm
-constexpr int64_t kUnit = 128;        // columns per unit (4 blocks), for x: xa | xb, 128 bytes
+constexpr int64_t kVecBytes = 64;  // one zmm
+constexpr int64_t kUnit = 128;  // columns per unit (4 blocks), for x: xa | xb, 128 bytes
 constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task (as matmul.cc)
-constexpr int64_t kTChunk = 64;       // x rows per pass over a task's weight rows (L2-sized)
+constexpr int64_t kTChunk = 64;  // x rows per pass over a task's weight rows (L2-sized)
 // Tile bounds: prefill runs 4 x rows x 4 weight rows (the widest tile used; see range()).
 constexpr int kMaxMR = 4, kMaxNR = 4;
 // Decode prefetches the weight this many rows ahead (int8 K = 768: 6 KiB). See range().
@@ -91,15 +91,15 @@ struct Ctx {
   bool int4;
   int64_t T, N, K, nv, nb, nbp;
   __mmask64 tail0, tail1;  // valid weight bytes of the last unit's two loads (int4: one)
-  const int8_t* xq;       // [T, nv * 128] (xa | xb per unit, as the weight operands)
-  const int32_t* corr;    // [T, nv * 16] int8: -128 * sum of the lane's 8 x bytes
-  const float* dxe;       // [T, nv * 16] d_x of each lane's block (0 past K)
-  const float* sx;        // [T, nbp] int4: Q8_1 block sums (0 past nb)
-  const uint8_t* w;       // int8 [N, K] / int4 [N, K / 2]
+  const int8_t* xq;  // [T, nv * 128] (xa | xb per unit, as the weight operands)
+  const int32_t* corr;  // [T, nv * 16] int8: -128 * sum of the lane's 8 x bytes
+  const float* dxe;  // [T, nv * 16] d_x of each lane's block (0 past K)
+  const float* sx;  // [T, nbp] int4: Q8_1 block sums (0 past nb)
+  const uint8_t* w;  // int8 [N, K] / int4 [N, K / 2]
   int64_t w_row_bytes;
   int64_t prefetch_rows;  // decode: prefetch the weight this many rows ahead (0: none)
-  const float* bias;      // [N] or null
-  float* y;               // [T, N]
+  const float* bias;  // [N] or null
+  float* y;  // [T, N]
 };
 
 // A task's weight rows decoded for the tiles: per row r, dwb [nbw] the d_w of each block
@@ -112,8 +112,7 @@ struct Panel {
 
 // Params [ng] of one weight row (F16 / F32) expanded to blocks: out [nout], block b gets
 // param b / bpg, 0 from nb on.
-TL_VNNI void block_params(const void* p, bool f16, int64_t ng, int64_t bpg, int64_t nb, float* out,
-                          int64_t nout) {
+TL_VNNI void block_params(const void* p, bool f16, int64_t ng, int64_t bpg, int64_t nb, float* out, int64_t nout) {
   if (bpg == 1 && f16) {
     // 16 at a time, the tail and the zeros past ng by masks (decode redoes this per row and
     // call).
@@ -165,7 +164,7 @@ TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t n0, const Panel& pn, int64_t
   const __m512i low4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8(char(0x80));
   const int64_t lrow = c.nv * 16;
   const uint8_t* wr[NR];  // [w_row_bytes] each
-  const float* dwb[NR];   // [nbw] each
+  const float* dwb[NR];  // [nbw] each
   for (int r = 0; r < NR; ++r) {
     wr[r] = c.w + (n0 + r) * c.w_row_bytes;
     dwb[r] = pn.dwb + (r0 + r) * pn.nbw;
@@ -177,8 +176,8 @@ TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t n0, const Panel& pn, int64_t
     const bool last = j + 1 == c.nv;
     const __mmask64 m0 = last ? c.tail0 : ~__mmask64(0), m1 = last ? c.tail1 : ~__mmask64(0);
     __m512i wa[NR], wb[NR];  // the u8 operands: int4 low / high nibbles; int8 first / last 16
-                             // bytes of each block, + 128
-    __m512 dwe[NR];          // d_w of each lane's block
+        // bytes of each block, + 128
+    __m512 dwe[NR];  // d_w of each lane's block
     for (int r = 0; r < NR; ++r) {
       const uint8_t* wp = wr[r] + j * kWBytes;
       if (c.prefetch_rows) {  // decode: the same unit prefetch_rows rows on (never faults)
@@ -261,11 +260,10 @@ void range(const Ctx& c, const ops::WeightView& w, int64_t n0, int64_t n1) {
   if (c.int4 && owb.size() < size_t(rows * c.nbp)) owb.resize(size_t(rows * c.nbp));
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t n = n0 + r;
-    block_params(static_cast<const char*>(w.scales) + n * ng * psize, f16, ng, bpg, c.nb,
-                 dwb.data() + r * nbw, nbw);
+    block_params(static_cast<const char*>(w.scales) + n * ng * psize, f16, ng, bpg, c.nb, dwb.data() + r * nbw, nbw);
     if (c.int4)
-      block_params(static_cast<const char*>(w.offsets) + n * ng * psize, f16, ng, bpg, c.nb,
-                   owb.data() + r * c.nbp, c.nbp);
+      block_params(static_cast<const char*>(w.offsets) + n * ng * psize, f16, ng, bpg, c.nb, owb.data() + r * c.nbp,
+                   c.nbp);
   }
   const Panel pn{dwb.data(), c.int4 ? owb.data() : nullptr, nbw};
   // Decode (T < 4): one weight row at a time, so the task's rows are one sequential stream
@@ -343,20 +341,20 @@ namespace {
 // x rows quantized (bit for bit as the scalar quantizer of ops/matmul_q8act.h) and laid out
 // for the tiles: xq, corr (int8), dxe, sx (int4) of Ctx. Not compiled for AVX-512 itself, so
 // d and s come from the reference's own ops::detail::q8_block_scales.
-void prepare_x(const float* x, Ctx& c, std::vector<int8_t>& xq, std::vector<int32_t>& corr,
-               std::vector<float>& dxe, std::vector<float>& sx) {
+void prepare_x(const float* x, Ctx& c, std::vector<int8_t>& xq, std::vector<int32_t>& corr, std::vector<float>& dxe,
+               std::vector<float>& sx) {
   const int64_t T = c.T, K = c.K, nb = c.nb, nv = c.nv;
   const int64_t xrow = nv * kUnit, lrow = nv * 16;
   xq.assign(size_t(T * xrow), 0);
   dxe.assign(size_t(T * lrow), 0.f);
   if (!c.int4) corr.assign(size_t(T * lrow), 0);
   if (c.int4) sx.assign(size_t(T * c.nbp), 0.f);
-  thread_local std::vector<float> amax;   // [nb] one row's block maxima
+  thread_local std::vector<float> amax;  // [nb] one row's block maxima
   thread_local std::vector<int32_t> qsum;  // [nb] its integer block sums
   if (amax.size() < size_t(nb)) amax.resize(size_t(nb)), qsum.resize(size_t(nb));
   for (int64_t t = 0; t < T; ++t) {
-    quantize_row_q8_avx512(x + t * K, K, c.int4 ? Q8RowLayout::UnitInt4 : Q8RowLayout::UnitInt8,
-                           xq.data() + t * xrow, amax.data(), qsum.data(), c.int4 ? nullptr : corr.data() + t * lrow);
+    quantize_row_q8_avx512(x + t * K, K, c.int4 ? Q8RowLayout::UnitInt4 : Q8RowLayout::UnitInt8, xq.data() + t * xrow,
+                           amax.data(), qsum.data(), c.int4 ? nullptr : corr.data() + t * lrow);
     float* de = dxe.data() + t * lrow;  // [lrow]: 4 lanes a block
     for (int64_t b = 0; b < nb; ++b) {
       float d, s;
@@ -371,8 +369,10 @@ void prepare_x(const float* x, Ctx& c, std::vector<int8_t>& xq, std::vector<int3
 
 void matmul_q8act_vnni(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
   if (!ops::q8act_applies(w))
-    throw std::invalid_argument("q8 activations: need an int8/int4 weight with a group that is a "
-                                "multiple of 32, got group " + std::to_string(w.group));
+    throw std::invalid_argument(
+        "q8 activations: need an int8/int4 weight with a group that is a "
+        "multiple of 32, got group " +
+        std::to_string(w.group));
   ops::detail::check_quant_view(w);
   if (!vnni_supported()) throw std::runtime_error("q8 activations: this CPU has no AVX512-VNNI");
   const int64_t N = w.rows, K = w.cols;

@@ -28,7 +28,7 @@ enum class Q8RowLayout { Natural, UnitInt8, UnitInt4 };
 // caller), amax [K / 32] the block maxima and qsum [K / 32] the integer block sums (the
 // caller forms d = fp16(amax / 127) and s = fp16(d_f32 * qsum) in plain code, as the
 // reference). UnitInt8 also writes corr [ceil(K / 128) * 16]. Call only when vnni_supported().
-void quantize_row_q8_avx512(const float* x, int64_t K, Q8RowLayout layout, int8_t* out, float* amax,
-                            int32_t* qsum, int32_t* corr);
+void quantize_row_q8_avx512(const float* x, int64_t K, Q8RowLayout layout, int8_t* out, float* amax, int32_t* qsum,
+                            int32_t* corr);
 
 }  // namespace tinyloop::cpu::detail

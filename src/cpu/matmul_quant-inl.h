@@ -42,14 +42,13 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // One quantized weight row n.
 struct QuantRow {
-  const uint8_t* q;   // int8 [K] (as bytes) / int4 [K / 2]
-  const void* s;      // [K / G] scales of this row
-  const void* o;      // [K / G] offsets of this row (int4), else null
-  bool f16;           // scales / offsets are F16 (else F32)
+  const uint8_t* q;  // int8 [K] (as bytes) / int4 [K / 2]
+  const void* s;  // [K / G] scales of this row
+  const void* o;  // [K / G] offsets of this row (int4), else null
+  bool f16;  // scales / offsets are F16 (else F32)
   int64_t G, K;
   float param(const void* p, int64_t g) const {
-    return f16 ? ops::detail::half_to_float(static_cast<const uint16_t*>(p)[g])
-               : static_cast<const float*>(p)[g];
+    return f16 ? ops::detail::half_to_float(static_cast<const uint16_t*>(p)[g]) : static_cast<const float*>(p)[g];
   }
   float scale(int64_t g) const { return param(s, g); }
   float offset(int64_t g) const { return o ? param(o, g) : 0.f; }
@@ -115,8 +114,7 @@ HWY_INLINE hn::Vec<DF> DequantI8(DF df, const QuantRow& r, GroupCursor& c, int64
 // Block starting at column c0 of an int4 row: we = its even columns, wo = its odd ones,
 // dequantized (Lanes each; lanes past the row's end are 0).
 template <class DF>
-HWY_INLINE void DequantU4(DF df, const QuantRow& r, GroupCursor& c, int64_t c0, hn::Vec<DF>& we,
-                          hn::Vec<DF>& wo) {
+HWY_INLINE void DequantU4(DF df, const QuantRow& r, GroupCursor& c, int64_t c0, hn::Vec<DF>& we, hn::Vec<DF>& wo) {
   const hn::Rebind<uint8_t, DF> d8;
   const hn::RebindToUnsigned<DF> du;
   const hn::RebindToSigned<DF> di;
@@ -160,8 +158,7 @@ HWY_INLINE void DequantU4(DF df, const QuantRow& r, GroupCursor& c, int64_t c0, 
 // widening of simd-inl.h (exact, like the scalar decode) or used in place when F32.
 //   buf  [2, K / G] scratch
 template <class DF>
-HWY_INLINE void RowParams(DF df, const QuantRow& r, std::vector<float>& buf, const float** s,
-                          const float** o) {
+HWY_INLINE void RowParams(DF df, const QuantRow& r, std::vector<float>& buf, const float** s, const float** o) {
   const int64_t ng = r.K / r.G;
   if (!r.f16) {
     *s = static_cast<const float*>(r.s);
@@ -198,8 +195,7 @@ HWY_INLINE hn::Vec<DF> ChunkI8(DF df, const int8_t* q, hn::Vec<DF> s) {
   return hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q))), s);
 }
 template <class DF>
-HWY_INLINE void BlockU4(DF df, const uint8_t* q, hn::Vec<DF> s, hn::Vec<DF> o, hn::Vec<DF>& we,
-                        hn::Vec<DF>& wo) {
+HWY_INLINE void BlockU4(DF df, const uint8_t* q, hn::Vec<DF> s, hn::Vec<DF> o, hn::Vec<DF>& we, hn::Vec<DF>& wo) {
   const hn::Rebind<uint8_t, DF> d8;
   const hn::RebindToUnsigned<DF> du;
   const hn::RebindToSigned<DF> di;
@@ -226,8 +222,8 @@ HWY_INLINE bool FastGroups(DF df, int64_t G) {
 //   pbuf0, pbuf1  the caller's buffers for each row's params as float ([2, K / G] each; a
 //                 thread_local here cost a __tls_get_addr call per row pair)
 template <int MR, bool kInt4>
-HWY_INLINE void FastRowPair(const detail::MatmulArgs& a, const float* const* xr, int64_t mt,
-                            int64_t n, std::vector<float>& pbuf0, std::vector<float>& pbuf1) {
+HWY_INLINE void FastRowPair(const detail::MatmulArgs& a, const float* const* xr, int64_t mt, int64_t n,
+                            std::vector<float>& pbuf0, std::vector<float>& pbuf1) {
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const int64_t L = int64_t(hn::Lanes(df));
@@ -236,26 +232,26 @@ HWY_INLINE void FastRowPair(const detail::MatmulArgs& a, const float* const* xr,
   RowParams(df, r0, pbuf0, &sp0, &op0);
   RowParams(df, r1, pbuf1, &sp1, &op1);
   V a00 = hn::Zero(df), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
-#define TINYLOOP_PAIR_STEP(XOFF, W0, W1)                                                 \
-  {                                                                                      \
-    const V x0 = hn::LoadU(df, xr[0] + (XOFF));                                          \
-    a00 = hn::MulAdd(x0, W0, a00);                                                       \
-    a01 = hn::MulAdd(x0, W1, a01);                                                       \
-    if constexpr (MR > 1) {                                                              \
-      const V x1 = hn::LoadU(df, xr[1] + (XOFF));                                        \
-      a10 = hn::MulAdd(x1, W0, a10);                                                     \
-      a11 = hn::MulAdd(x1, W1, a11);                                                     \
-    }                                                                                    \
-    if constexpr (MR > 2) {                                                              \
-      const V x2 = hn::LoadU(df, xr[2] + (XOFF));                                        \
-      a20 = hn::MulAdd(x2, W0, a20);                                                     \
-      a21 = hn::MulAdd(x2, W1, a21);                                                     \
-    }                                                                                    \
-    if constexpr (MR > 3) {                                                              \
-      const V x3 = hn::LoadU(df, xr[3] + (XOFF));                                        \
-      a30 = hn::MulAdd(x3, W0, a30);                                                     \
-      a31 = hn::MulAdd(x3, W1, a31);                                                     \
-    }                                                                                    \
+#define TINYLOOP_PAIR_STEP(XOFF, W0, W1)          \
+  {                                               \
+    const V x0 = hn::LoadU(df, xr[0] + (XOFF));   \
+    a00 = hn::MulAdd(x0, W0, a00);                \
+    a01 = hn::MulAdd(x0, W1, a01);                \
+    if constexpr (MR > 1) {                       \
+      const V x1 = hn::LoadU(df, xr[1] + (XOFF)); \
+      a10 = hn::MulAdd(x1, W0, a10);              \
+      a11 = hn::MulAdd(x1, W1, a11);              \
+    }                                             \
+    if constexpr (MR > 2) {                       \
+      const V x2 = hn::LoadU(df, xr[2] + (XOFF)); \
+      a20 = hn::MulAdd(x2, W0, a20);              \
+      a21 = hn::MulAdd(x2, W1, a21);              \
+    }                                             \
+    if constexpr (MR > 3) {                       \
+      const V x3 = hn::LoadU(df, xr[3] + (XOFF)); \
+      a30 = hn::MulAdd(x3, W0, a30);              \
+      a31 = hn::MulAdd(x3, W1, a31);              \
+    }                                             \
   }
   for (int64_t g = 0, k0 = 0; k0 < a.K; ++g, k0 += a.group) {
     const V s0 = hn::Set(df, sp0[g]), s1 = hn::Set(df, sp1[g]);
@@ -290,12 +286,10 @@ HWY_INLINE void FastRowPair(const detail::MatmulArgs& a, const float* const* xr,
 // repeat the last one, see FusedRowsQuant). tail > 0: only `tail` columns are left (the
 // same zero-padded loads as DotTile).
 template <int MR, class DF>
-HWY_INLINE void MulAddRows(DF df, const float* const* xr, int64_t off, hn::Vec<DF> w,
-                           hn::Vec<DF>& a0, hn::Vec<DF>& a1, hn::Vec<DF>& a2, hn::Vec<DF>& a3,
-                           size_t tail = 0) {
-  const auto x = [df, xr, off, tail](int i) HWY_ATTR {
-    return tail ? LoadF32Tail(df, xr[i] + off, tail) : hn::LoadU(df, xr[i] + off);
-  };
+HWY_INLINE void MulAddRows(DF df, const float* const* xr, int64_t off, hn::Vec<DF> w, hn::Vec<DF>& a0, hn::Vec<DF>& a1,
+                           hn::Vec<DF>& a2, hn::Vec<DF>& a3, size_t tail = 0) {
+  const auto x = [df, xr, off, tail](int i)
+                     HWY_ATTR { return tail ? LoadF32Tail(df, xr[i] + off, tail) : hn::LoadU(df, xr[i] + off); };
   a0 = hn::MulAdd(x(0), w, a0);
   if constexpr (MR > 1) a1 = hn::MulAdd(x(1), w, a1);
   if constexpr (MR > 2) a2 = hn::MulAdd(x(2), w, a2);
@@ -377,8 +371,7 @@ HWY_NOINLINE void FusedRowsQuant(const detail::MatmulArgs& a, int64_t mt, int64_
 // Dequantizes rows [n0, n0 + nb) into buf[nb, ld] with the chunk functions of the fused
 // path (ld: K rounded up to whole chunks; int4 in the permuted column order).
 template <bool kInt4>
-HWY_INLINE void DequantRows(const detail::MatmulArgs& a, int64_t n0, int64_t nb, int64_t ld,
-                            float* HWY_RESTRICT buf) {
+HWY_INLINE void DequantRows(const detail::MatmulArgs& a, int64_t n0, int64_t nb, int64_t ld, float* HWY_RESTRICT buf) {
   const hn::ScalableTag<float> df;
   const int64_t L = int64_t(hn::Lanes(df));
   const bool fast = FastGroups<kInt4>(df, a.group);
@@ -413,8 +406,7 @@ HWY_INLINE void DequantRows(const detail::MatmulArgs& a, int64_t n0, int64_t nb,
         hn::StoreU(wo, df, dst + c0 + L);
       }
     } else {
-      for (int64_t k = 0; k < a.K; k += L)
-        hn::StoreU(DequantI8(df, r, c, k, std::min(L, a.K - k)), df, dst + k);
+      for (int64_t k = 0; k < a.K; k += L) hn::StoreU(DequantI8(df, r, c, k, std::min(L, a.K - k)), df, dst + k);
     }
   }
 }
@@ -428,9 +420,9 @@ HWY_NOINLINE void TiledQuant(const detail::MatmulArgs& a, int64_t n0, int64_t n1
   const int64_t L = int64_t(hn::Lanes(df));
   const int64_t nb = n1 - n0;
   const int64_t ld = kInt4 ? a.ldx : (a.K + L - 1) / L * L;
-  const int64_t ldx = kInt4 ? a.ldx : a.K;   // x row stride
+  const int64_t ldx = kInt4 ? a.ldx : a.K;  // x row stride
   const int64_t dot_k = kInt4 ? a.ldx : a.K;  // columns each dot runs over
-  thread_local std::vector<float> buf;        // [nb, ld], grows to the largest tile seen
+  thread_local std::vector<float> buf;  // [nb, ld], grows to the largest tile seen
   if (buf.size() < size_t(nb * ld)) buf.resize(size_t(nb * ld));
   DequantRows<kInt4>(a, n0, nb, ld, buf.data());
   for (int64_t t = 0; t < a.T; t += kTileMR) {

@@ -38,7 +38,7 @@ const QCase kCases[] = {
 
 struct Data {
   std::vector<float> x;  // [T, K]
-  StoredQuant w;         // [N, K]
+  StoredQuant w;  // [N, K]
   std::vector<float> b;  // [N]
 };
 

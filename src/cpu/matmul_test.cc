@@ -22,14 +22,18 @@ using ops::testing::StoredWeight;
 
 struct Case {
   std::vector<float> x;  // [T, K]
-  StoredWeight w;        // [N, K]
+  StoredWeight w;  // [N, K]
   std::vector<float> b;  // [N]
   int64_t T, K, N;
 };
 
 Case make_case(int64_t T, int64_t K, int64_t N, DType dt, uint32_t seed) {
-  return Case{random_floats(size_t(T * K), seed), store_weight(random_floats(size_t(N * K), seed + 1), N, K, dt),
-              random_floats(size_t(N), seed + 2), T, K, N};
+  return Case{random_floats(size_t(T * K), seed),
+              store_weight(random_floats(size_t(N * K), seed + 1), N, K, dt),
+              random_floats(size_t(N), seed + 2),
+              T,
+              K,
+              N};
 }
 
 // Both kernels compute a K-term float dot product (+ bias) in some order; each is within

@@ -35,19 +35,19 @@ namespace hn = hwy::HWY_NAMESPACE;
 //   x  [n_heads, hd] in place
 //   cs [2, hd / 2] cos then sin of the position's angles
 //   ex [2, hd] scratch (interleaved layout only)
-void RotateRow(float* HWY_RESTRICT x, int64_t n_heads, int64_t hd, const float* HWY_RESTRICT cs,
-               bool interleaved, float* HWY_RESTRICT ex) {
+void RotateRow(float* HWY_RESTRICT x, int64_t n_heads, int64_t hd, const float* HWY_RESTRICT cs, bool interleaved,
+               float* HWY_RESTRICT ex) {
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const int64_t L = int64_t(hn::Lanes(df));
   const int64_t half = hd / 2;
-  const float* c = cs;         // [half]
+  const float* c = cs;  // [half]
   const float* s = cs + half;  // [half]
   if (!interleaved) {
     // HF rotate_half: pairs (i, i + half), both halves contiguous.
     for (int64_t h = 0; h < n_heads; ++h) {
       float* x1 = x + h * hd;  // [half]
-      float* x2 = x1 + half;   // [half]
+      float* x2 = x1 + half;  // [half]
       int64_t i = 0;
       for (; i + L <= half; i += L) {
         const V a = hn::LoadU(df, x1 + i), b = hn::LoadU(df, x2 + i);
@@ -68,7 +68,7 @@ void RotateRow(float* HWY_RESTRICT x, int64_t n_heads, int64_t hd, const float* 
   // same value as x0 c0 - x1 s0: negation is exact) and x1 c0 + x0 s0, the reference's sums.
   int64_t j0 = 0;  // elements before j0 go through vectors
 #if HWY_TARGET != HWY_SCALAR
-  float* cc = ex;       // [hd]
+  float* cc = ex;  // [hd]
   float* ss = ex + hd;  // [hd]
   for (int64_t i = 0; i < half; ++i) {
     cc[2 * i] = cc[2 * i + 1] = c[i];
@@ -116,9 +116,9 @@ struct RopeCache {
   uint32_t theta_bits = 0;
   int64_t hd = -1;
   std::vector<double> inv_freq;  // [hd / 2] theta^(-2i/hd), as the reference computes it
-  std::vector<int64_t> tag;      // [kRopeSlots] position held by each slot (or none)
-  std::vector<float> cs;         // [kRopeSlots, 2, hd / 2] cos then sin
-  std::vector<float> ex;         // [2, hd] RotateRow scratch
+  std::vector<int64_t> tag;  // [kRopeSlots] position held by each slot (or none)
+  std::vector<float> cs;  // [kRopeSlots, 2, hd / 2] cos then sin
+  std::vector<float> ex;  // [2, hd] RotateRow scratch
 };
 
 // The cache, (re)keyed to theta and hd.
@@ -131,8 +131,7 @@ RopeCache& cache_for(float theta, int64_t hd) {
     rc.theta_bits = bits;
     rc.hd = hd;
     rc.inv_freq.resize(size_t(half));
-    for (int64_t i = 0; i < half; ++i)
-      rc.inv_freq[size_t(i)] = std::pow(double(theta), -2.0 * double(i) / double(hd));
+    for (int64_t i = 0; i < half; ++i) rc.inv_freq[size_t(i)] = std::pow(double(theta), -2.0 * double(i) / double(hd));
     rc.tag.assign(size_t(kRopeSlots), std::numeric_limits<int64_t>::min());
     rc.cs.resize(size_t(kRopeSlots * hd));
     rc.ex.resize(size_t(2 * hd));
@@ -160,17 +159,15 @@ const float* cos_sin_row(RopeCache& rc, int64_t p) {
 }  // namespace
 
 // x [T, n_heads, head_dim] (in place), pos [T].
-void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t* pos,
-          float theta, ops::RopeLayout layout) {
+void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t* pos, float theta,
+          ops::RopeLayout layout) {
   if (head_dim <= 0 || head_dim % 2 != 0)
-    throw std::invalid_argument("rope: head_dim must be even and positive, got " +
-                                std::to_string(head_dim));
+    throw std::invalid_argument("rope: head_dim must be even and positive, got " + std::to_string(head_dim));
   RopeCache& rc = cache_for(theta, head_dim);
   const auto rotate = HWY_DYNAMIC_DISPATCH(RotateRow);
   const bool interleaved = layout == ops::RopeLayout::Interleaved;
   for (int64_t t = 0; t < T; ++t)
-    rotate(x + t * n_heads * head_dim, n_heads, head_dim, cos_sin_row(rc, pos[t]), interleaved,
-           rc.ex.data());
+    rotate(x + t * n_heads * head_dim, n_heads, head_dim, cos_sin_row(rc, pos[t]), interleaved, rc.ex.data());
 }
 
 }  // namespace tinyloop::cpu

@@ -185,8 +185,7 @@ class ThreadPool {
       std::unique_lock<std::mutex> lk(mu_);
       sleepers_.fetch_add(1, std::memory_order_seq_cst);
       cv_.wait(lk, [&] {
-        return stop_.load(std::memory_order_seq_cst) ||
-               (state_.load(std::memory_order_seq_cst) >> 32) != seen;
+        return stop_.load(std::memory_order_seq_cst) || (state_.load(std::memory_order_seq_cst) >> 32) != seen;
       });
       sleepers_.fetch_sub(1, std::memory_order_relaxed);
       idle_since = std::chrono::steady_clock::now();
@@ -219,9 +218,7 @@ int num_threads() { return global_pool().size(); }
 void set_num_threads(int n) { global_pool().resize(n); }
 
 namespace detail {
-void run_on_pool(int64_t n_tasks, TaskFn call, const void* ctx) {
-  global_pool().run(n_tasks, call, ctx);
-}
+void run_on_pool(int64_t n_tasks, TaskFn call, const void* ctx) { global_pool().run(n_tasks, call, ctx); }
 }  // namespace detail
 
 }  // namespace tinyloop::cpu

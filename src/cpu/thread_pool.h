@@ -58,8 +58,7 @@ void parallel_for(int64_t n_tasks, const Fn& fn) {
     return;
   }
   detail::run_on_pool(
-      n_tasks, [](const void* ctx, int64_t task) { (*static_cast<const Fn*>(ctx))(task); },
-      &fn);
+      n_tasks, [](const void* ctx, int64_t task) { (*static_cast<const Fn*>(ctx))(task); }, &fn);
 }
 
 }  // namespace tinyloop::cpu

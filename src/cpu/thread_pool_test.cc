@@ -29,9 +29,7 @@ TEST(ThreadPool, EveryTaskExactlyOnce) {
 TEST(ThreadPool, NestedCallsRunInline) {
   set_num_threads(3);
   std::atomic<int64_t> sum{0};
-  parallel_for(8, [&](int64_t i) {
-    parallel_for(5, [&](int64_t j) { sum.fetch_add(i * 10 + j); });
-  });
+  parallel_for(8, [&](int64_t i) { parallel_for(5, [&](int64_t j) { sum.fetch_add(i * 10 + j); }); });
   int64_t want = 0;
   for (int i = 0; i < 8; ++i)
     for (int j = 0; j < 5; ++j) want += i * 10 + j;

@@ -131,8 +131,7 @@ Dfa build_dfa(const Nfa& nfa, const DfaLimits& limits) {
       too_complex("its DFA exceeds " + std::to_string(limits.max_states) + " states");
     entries += static_cast<int64_t>(subset.size());
     if (entries > limits.max_subset_entries)
-      too_complex("its DFA construction exceeds " + std::to_string(limits.max_subset_entries) +
-                  " NFA-state entries");
+      too_complex("its DFA construction exceeds " + std::to_string(limits.max_subset_entries) + " NFA-state entries");
     bool acc = false;
     for (int32_t s : subset) acc = acc || nfa.states[s].kind == Nfa::kMatch;
     int32_t id = static_cast<int32_t>(subsets.size());

@@ -14,9 +14,9 @@
 namespace tinyloop::grammar {
 
 struct DfaLimits {
-  int64_t max_states = 10000;               // live + dead states built before pruning
+  int64_t max_states = 10000;  // live + dead states built before pruning
   int64_t max_subset_entries = 16'000'000;  // NFA states over all subsets (memory: 4 bytes each)
-  int64_t max_work = 100'000'000;          // NFA-state visits while building (time: about 1 s)
+  int64_t max_work = 100'000'000;  // NFA-state visits while building (time: about 1 s)
 };
 
 class Dfa {
@@ -52,7 +52,7 @@ class Dfa {
   int32_t num_classes_ = 0;
   std::array<uint8_t, 256> class_of_{};
   std::array<uint8_t, 256> class_rep_{};  // a representative byte per class
-  std::vector<int32_t> table_;            // [state * num_classes + class] -> state or kDead
+  std::vector<int32_t> table_;  // [state * num_classes + class] -> state or kDead
   std::vector<uint8_t> accepting_, can_continue_;
   std::vector<int32_t> distance_;
 };

@@ -138,8 +138,8 @@ bool nfa_matches(const Nfa& nfa, const std::string& s) {
 }
 
 TEST(Dfa, AgreesWithNfaSimulationOnAllShortStrings) {
-  const char* patterns[] = {"(a|b)*abb", "a{2,3}(b|c)?", "(ab|a)(bc|c)", "((a|)b)*c?", "[ab]{0,3}c*",
-                            "(a+b+)+", "a*b?a*", "(?:aa|b){1,}a"};
+  const char* patterns[] = {"(a|b)*abb",   "a{2,3}(b|c)?", "(ab|a)(bc|c)", "((a|)b)*c?",
+                            "[ab]{0,3}c*", "(a+b+)+",      "a*b?a*",       "(?:aa|b){1,}a"};
   for (const char* p : patterns) {
     Nfa nfa = build_nfa(parse_regex(p), 100000);
     Grammar g(p);

@@ -63,8 +63,7 @@ bool Grammar::has_vocabulary() const {
 
 std::shared_ptr<const TokenMasks> Grammar::vocabulary() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!vocab_)
-    throw std::logic_error("grammar has no token vocabulary: call set_token_vocabulary(token_bytes) first");
+  if (!vocab_) throw std::logic_error("grammar has no token vocabulary: call set_token_vocabulary(token_bytes) first");
   return vocab_;
 }
 

@@ -49,9 +49,9 @@ class Grammar {
   int32_t initial_state() const { return dfa_->start(); }
   int32_t advance_bytes(int32_t state, std::string_view bytes) const;
   bool matches(std::string_view bytes) const;  // whole-string match
-  bool is_accepting(int32_t state) const;      // kDead: false
+  bool is_accepting(int32_t state) const;  // kDead: false
   bool eos_allowed(int32_t state) const { return is_accepting(state); }
-  bool can_continue(int32_t state) const;      // kDead: false
+  bool can_continue(int32_t state) const;  // kDead: false
   std::string shortest_completion(int32_t state) const;  // kDead: throws
 
   // --- token level ---

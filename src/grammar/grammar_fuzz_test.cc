@@ -59,8 +59,7 @@ TEST(GrammarFuzz, RandomPatternStrings) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int iter = 0; iter < 20000; ++iter) {
     std::string p;
-    for (int i = len(rng); i > 0; --i)
-      p.push_back(iter % 10 == 0 ? static_cast<char>(raw(rng)) : alphabet[pick(rng)]);
+    for (int i = len(rng); i > 0; --i) p.push_back(iter % 10 == 0 ? static_cast<char>(raw(rng)) : alphabet[pick(rng)]);
     compiled += compile_and_check(p, rng, vocab);
   }
   EXPECT_GT(compiled, 1000);  // the generator must also reach the compiler, not just the parser
@@ -68,9 +67,14 @@ TEST(GrammarFuzz, RandomPatternStrings) {
 }
 
 TEST(GrammarFuzz, MutatedValidPatterns) {
-  const std::vector<std::string> seeds = {
-      R"(\{"name":"[a-z]+"\})", "(?:yes|no|maybe)", "[0-9]{1,5}", "(a|b)*abb", "\\d{3}-\\d{4}",
-      "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?", "[^\\n]{2,}x?", "((ab)+|c{2,3})*"};
+  const std::vector<std::string> seeds = {R"(\{"name":"[a-z]+"\})",
+                                          "(?:yes|no|maybe)",
+                                          "[0-9]{1,5}",
+                                          "(a|b)*abb",
+                                          "\\d{3}-\\d{4}",
+                                          "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?",
+                                          "[^\\n]{2,}x?",
+                                          "((ab)+|c{2,3})*"};
   std::vector<std::string> vocab = {"a", "b", "{", "}", "\"", "name", ":", "0", "9", "yes", "-", ".", "ab"};
   const std::string inserts = "()[]{}|*+?\\^$-,.";
   std::mt19937 rng(99);
@@ -80,8 +84,12 @@ TEST(GrammarFuzz, MutatedValidPatterns) {
       size_t at = p.empty() ? 0 : rng() % (p.size() + 1);
       switch (rng() % 3) {
         case 0: p.insert(at, 1, inserts[rng() % inserts.size()]); break;
-        case 1: if (at < p.size()) p.erase(at, 1); break;
-        default: if (at < p.size()) p[at] = inserts[rng() % inserts.size()]; break;
+        case 1:
+          if (at < p.size()) p.erase(at, 1);
+          break;
+        default:
+          if (at < p.size()) p[at] = inserts[rng() % inserts.size()];
+          break;
       }
     }
     compile_and_check(p, rng, vocab);
@@ -91,8 +99,8 @@ TEST(GrammarFuzz, MutatedValidPatterns) {
 TEST(GrammarFuzz, ExplosivePatternsFailFast) {
   std::mt19937 rng(5);
   std::vector<std::string> vocab = {"a"};
-  for (const char* p : {"(a{10000}){10000}", "((a*)*)*b{9999}", "(a|b)*a(a|b){20}", "(.{0,100}){0,100}",
-                        "([ab]{0,50}c){0,50}"}) {
+  for (const char* p :
+       {"(a{10000}){10000}", "((a*)*)*b{9999}", "(a|b)*a(a|b){20}", "(.{0,100}){0,100}", "([ab]{0,50}c){0,50}"}) {
     const auto t0 = std::chrono::steady_clock::now();
     compile_and_check(p, rng, vocab);
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0) << p;

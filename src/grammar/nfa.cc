@@ -61,10 +61,8 @@ class Builder {
   int32_t build(int32_t id, int32_t next) {
     const RegexNode& n = re_.nodes[id];
     switch (n.kind) {
-      case RegexNode::kEmpty:
-        return next;
-      case RegexNode::kBytes:
-        return add({Nfa::kByte, set_index(n.bytes), next, -1});
+      case RegexNode::kEmpty: return next;
+      case RegexNode::kBytes: return add({Nfa::kByte, set_index(n.bytes), next, -1});
       case RegexNode::kConcat:
         for (auto it = n.children.rbegin(); it != n.children.rend(); ++it) next = build(*it, next);
         return next;

@@ -10,7 +10,7 @@ namespace tinyloop::grammar {
 
 struct Nfa {
   enum Kind : uint8_t {
-    kByte,   // on a byte in sets[set] go to out
+    kByte,  // on a byte in sets[set] go to out
     kSplit,  // epsilon to out and (when >= 0) to out2
     kMatch,  // accepting
   };

@@ -33,7 +33,7 @@ struct JsonShape {
   enum Kind { kString, kInteger, kNumber, kBoolean, kNull, kObject, kArray };
   Kind kind = kString;
   std::vector<std::pair<std::string, JsonShape>> fields;  // kObject: key (UTF-8) -> shape
-  std::vector<JsonShape> item;                            // kArray: exactly one element
+  std::vector<JsonShape> item;  // kArray: exactly one element
   // "string" | "integer" | "number" | "boolean" | "null"; throws std::invalid_argument.
   static JsonShape scalar(std::string_view type_name);
   // Declared here, defined in patterns.cc where the pair<string, JsonShape> of `fields` is
@@ -53,8 +53,8 @@ struct JsonShape {
 std::string json_pattern(const JsonShape& shape);
 
 // Sub-grammars, exposed for docs and tests.
-std::string json_string_pattern();   // "..." with JSON escapes, valid UTF-8, no control bytes
+std::string json_string_pattern();  // "..." with JSON escapes, valid UTF-8, no control bytes
 std::string json_integer_pattern();  // -?(0|[1-9][0-9]*)
-std::string json_number_pattern();   // integer, optional fraction, optional exponent
+std::string json_number_pattern();  // integer, optional fraction, optional exponent
 
 }  // namespace tinyloop::grammar

@@ -47,10 +47,11 @@ TEST(Patterns, Choice) {
 
 TEST(Patterns, JsonString) {
   Grammar g(json_string_pattern());
-  for (const char* s : {R"("")", R"("abc")", R"("a\"b\\c\/\n\t\u00e9")", "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\""})
+  for (const char* s :
+       {R"("")", R"("abc")", R"("a\"b\\c\/\n\t\u00e9")", "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\""})
     EXPECT_TRUE(g.matches(s)) << s;
-  for (const char* s : {R"(")", R"("a"b")", R"("\x")", R"("\u12")", "\"a\nb\"", "\"\xc3\"", "\"\xed\xa0\x80\"",
-                        "\"\xc0\xaf\""})
+  for (const char* s :
+       {R"(")", R"("a"b")", R"("\x")", R"("\u12")", "\"a\nb\"", "\"\xc3\"", "\"\xed\xa0\x80\"", "\"\xc0\xaf\""})
     EXPECT_FALSE(g.matches(s)) << s;
 }
 

@@ -12,18 +12,18 @@ using ByteSet = std::bitset<256>;
 
 struct RegexNode {
   enum Kind : uint8_t {
-    kEmpty,   // matches the empty string only
-    kBytes,   // one byte from `bytes`
+    kEmpty,  // matches the empty string only
+    kBytes,  // one byte from `bytes`
     kConcat,  // children in order
-    kAlt,     // any one of children
+    kAlt,  // any one of children
     kRepeat,  // children[0] between min and max times (max == kUnbounded: no upper bound)
   };
   static constexpr int32_t kUnbounded = -1;
 
   Kind kind = kEmpty;
-  ByteSet bytes;                  // kBytes
+  ByteSet bytes;  // kBytes
   std::vector<int32_t> children;  // kConcat, kAlt, kRepeat (one child)
-  int32_t min = 0, max = 0;       // kRepeat
+  int32_t min = 0, max = 0;  // kRepeat
 };
 
 struct Regex {

@@ -41,7 +41,10 @@ int hex_value(unsigned char c) {
 // Follows the Unicode table of well-formed sequences (no overlongs, no surrogates).
 size_t utf8_char_length(std::string_view s, size_t i) {
   auto at = [&](size_t k) -> int { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : -1; };
-  auto cont = [&](size_t k, int lo = 0x80, int hi = 0xbf) { int c = at(k); return c >= lo && c <= hi; };
+  auto cont = [&](size_t k, int lo = 0x80, int hi = 0xbf) {
+    int c = at(k);
+    return c >= lo && c <= hi;
+  };
   int b = at(0);
   if (b >= 0xc2 && b <= 0xdf) return cont(1) ? 2 : 0;
   if (b == 0xe0) return cont(1, 0xa0) && cont(2) ? 3 : 0;
@@ -142,8 +145,7 @@ class Parser {
       int64_t v = 0;
       while (!eof() && peek() >= '0' && peek() <= '9') {
         v = v * 10 + (peek() - '0');
-        if (v > kMaxRepeatCount)
-          fail("repeat count exceeds " + std::to_string(kMaxRepeatCount), start);
+        if (v > kMaxRepeatCount) fail("repeat count exceeds " + std::to_string(kMaxRepeatCount), start);
         ++pos_;
       }
       return pos_ > start ? v : -1;
@@ -171,8 +173,7 @@ class Parser {
     unsigned char c = peek();
     switch (c) {
       case '(': {
-        if (depth >= kMaxGroupDepth)
-          fail("groups nested deeper than " + std::to_string(kMaxGroupDepth), start);
+        if (depth >= kMaxGroupDepth) fail("groups nested deeper than " + std::to_string(kMaxGroupDepth), start);
         ++pos_;
         if (!eof() && peek() == '?') {
           if (pos_ + 1 < p_.size() && p_[pos_ + 1] == ':') pos_ += 2;
@@ -183,15 +184,13 @@ class Parser {
         ++pos_;  // ')'
         return inner;
       }
-      case '[':
-        return add_bytes(parse_class());
-      case '.':
-        ++pos_;
-        return add_bytes(~range_set('\n', '\n'));
-      case '\\':
-        return add_bytes(parse_escape(/*in_class=*/false).set);
-      case '*': case '+': case '?': case '{':
-        fail("nothing to repeat", start);
+      case '[': return add_bytes(parse_class());
+      case '.': ++pos_; return add_bytes(~range_set('\n', '\n'));
+      case '\\': return add_bytes(parse_escape(/*in_class=*/false).set);
+      case '*':
+      case '+':
+      case '?':
+      case '{': fail("nothing to repeat", start);
       case '^':
         if (start != 0) fail("'^' is only allowed at the start (matching is anchored; write \\^)", start);
         ++pos_;
@@ -200,14 +199,14 @@ class Parser {
         if (start + 1 != p_.size()) fail("'$' is only allowed at the end (matching is anchored; write \\$)", start);
         ++pos_;
         return -1;
-      default:
-        break;
+      default: break;
     }
     if (c >= 0x80) {
       if (size_t len = utf8_char_length(p_, pos_)) {  // one UTF-8 character = one atom
         std::vector<int32_t> bytes;
-        for (size_t k = 0; k < len; ++k) bytes.push_back(add_bytes(range_set(
-            static_cast<unsigned char>(p_[pos_ + k]), static_cast<unsigned char>(p_[pos_ + k]))));
+        for (size_t k = 0; k < len; ++k)
+          bytes.push_back(
+              add_bytes(range_set(static_cast<unsigned char>(p_[pos_ + k]), static_cast<unsigned char>(p_[pos_ + k]))));
         pos_ += len;
         return add_list(RegexNode::kConcat, std::move(bytes));
       }
@@ -259,8 +258,7 @@ class Parser {
         pos_ += 2;
         return one(static_cast<unsigned char>(hi * 16 + lo));
       }
-      default:
-        break;
+      default: break;
     }
     if (is_ascii_punct_or_space(c)) return one(c);
     std::string shown = c >= 0x21 && c < 0x7f ? std::string(1, static_cast<char>(c)) : "\\x" + hex_byte(c);

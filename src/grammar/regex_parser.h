@@ -16,7 +16,7 @@ namespace tinyloop::grammar {
 
 // Limits that keep a hostile pattern from exhausting the stack or memory.
 inline constexpr int kMaxRepeatCount = 10000;  // m and n in {m,n}
-inline constexpr int kMaxGroupDepth = 200;     // nested ( ... )
+inline constexpr int kMaxGroupDepth = 200;  // nested ( ... )
 
 // Throws std::invalid_argument("<problem> at position N"), N the 0-based byte offset of
 // the offending byte in `pattern` (for an unclosed '(' or '[': the opening byte).

@@ -44,9 +44,7 @@ TEST(RegexSyntax, Escapes) {
   check({"\\ \\,\\:", {" ,:"}, {}});
 }
 
-TEST(RegexSyntax, DotExcludesNewlineOnly) {
-  check({".", {"a", "\r", std::string(1, '\0'), "\xff"}, {"\n", "", "ab"}});
-}
+TEST(RegexSyntax, DotExcludesNewlineOnly) { check({".", {"a", "\r", std::string(1, '\0'), "\xff"}, {"\n", "", "ab"}}); }
 
 TEST(RegexSyntax, Classes) {
   check({"[a-c_]", {"a", "b", "c", "_"}, {"d", "-"}});
@@ -93,7 +91,7 @@ TEST(RegexSyntax, Utf8CharacterIsOneAtom) {
   check({"é+", {"é", "éé"}, {"é\xa9", "\xc3"}});
   check({"(?:é)?x", {"x", "éx"}, {}});
   check({"\\xc3+", {"\xc3\xc3"}, {"é"}});  // \xHH is a single byte
-  check({"\xff+", {"\xff\xff"}, {}});        // not UTF-8: one byte
+  check({"\xff+", {"\xff\xff"}, {}});  // not UTF-8: one byte
 }
 
 TEST(RegexSyntax, SpecPattern) {
@@ -131,8 +129,9 @@ TEST(RegexSyntax, ErrorsNameTheProblemAndPosition) {
   expect_error("[]", "unterminated character class at position 0");
   expect_error("[z-a]", "bad class range (start > end) at position 1");
   expect_error("[\\d-z]", "bad class range (a range joins two single bytes) at position 1");
-  expect_error("[é]", "non-ASCII byte 0xc3 in a class (a class holds single bytes: write \\xc3, or an "
-                      "alternation for characters) at position 1");
+  expect_error("[é]",
+               "non-ASCII byte 0xc3 in a class (a class holds single bytes: write \\xc3, or an "
+               "alternation for characters) at position 1");
   expect_error("a{", "bad repeat: expected {m}, {m,}, {m,n} or {,n} at position 1");
   expect_error("a{}", "bad repeat: expected {m}, {m,}, {m,n} or {,n} at position 1");
   expect_error("a{,}", "bad repeat: expected {m}, {m,}, {m,n} or {,n} at position 1");

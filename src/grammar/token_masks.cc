@@ -107,7 +107,7 @@ void mask_logits(const Bitset& mask, float* logits, int64_t n) {
     const uint64_t w = words[k];
     float* row = logits + k * 64;
     if (w == ~uint64_t{0}) continue;  // all allowed: common inside free text
-    if (w == 0) {                     // none allowed: common in tight grammars
+    if (w == 0) {  // none allowed: common in tight grammars
       std::fill(row, row + 64, kNegInf);
       continue;
     }

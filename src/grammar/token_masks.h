@@ -50,7 +50,7 @@ class TokenMasks {
   void check_state(int32_t state) const;
 
   std::shared_ptr<const Dfa> dfa_;
-  std::string bytes_;             // all tokens back to back
+  std::string bytes_;  // all tokens back to back
   std::vector<int64_t> offsets_;  // token i is bytes_[offsets_[i], offsets_[i+1])
   TokenTrie trie_;
   Bitset none_;

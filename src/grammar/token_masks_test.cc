@@ -37,7 +37,8 @@ void expect_masks_equal_brute_force(const Grammar& g, const std::vector<std::str
     ASSERT_EQ(mask.size(), static_cast<int64_t>(vocab.size()));
     for (size_t t = 0; t < vocab.size(); ++t) {
       bool want = s != Dfa::kDead && !vocab[t].empty() && g.advance_bytes(s, vocab[t]) != Dfa::kDead;
-      ASSERT_EQ(mask.test(static_cast<int64_t>(t)), want) << g.pattern() << " state " << s << " token '" << vocab[t] << "'";
+      ASSERT_EQ(mask.test(static_cast<int64_t>(t)), want)
+          << g.pattern() << " state " << s << " token '" << vocab[t] << "'";
       ASSERT_EQ(m.advance(s, static_cast<int32_t>(t)), want ? g.advance_bytes(s, vocab[t]) : Dfa::kDead);
     }
   }

@@ -11,7 +11,7 @@ namespace tinyloop::grammar {
 class TokenTrie {
  public:
   struct Node {
-    int32_t depth;        // bytes from the root; the node's byte is byte #depth-1 of its tokens
+    int32_t depth;  // bytes from the root; the node's byte is byte #depth-1 of its tokens
     int32_t subtree_end;  // index of the first node after this node's subtree
     int32_t tokens_begin, tokens_end;  // ids of the tokens that end here, in token_ids()
     uint8_t byte;

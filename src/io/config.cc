@@ -94,8 +94,7 @@ E read_enum(const json& v, const char* field) {
     if (s == e.name) return e.value;
     allowed += (allowed.empty() ? "" : ", ") + quoted(e.name);
   }
-  fail("field " + quoted(field) + " has unknown value " + quoted(s) + " (expected one of " +
-       allowed + ")");
+  fail("field " + quoted(field) + " has unknown value " + quoted(s) + " (expected one of " + allowed + ")");
 }
 
 // ---- the field table (config_fields.def): name -> reader into ModelConfig ----
@@ -154,7 +153,8 @@ json parse_object(const std::string& text) {
   const json::parser_callback_t no_duplicates = [&](int, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::object_start) keys.emplace_back();
     else if (event == json::parse_event_t::object_end) keys.pop_back();
-    else if (event == json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second)
+    else if (event == json::parse_event_t::key && !keys.empty() &&
+             !keys.back().insert(parsed.get<std::string>()).second)
       fail("field " + quoted(parsed.get<std::string>()) + " appears twice");
     return true;
   };
@@ -191,8 +191,8 @@ void fill_derived_defaults(const std::set<std::string>& present, ModelConfig& c)
   if (!present.count("head_dim")) {
     // A truncated dim / n_heads would silently give a model of another width.
     if (c.n_heads > 0 && c.dim % c.n_heads != 0)
-      fail("field 'head_dim' is required when 'dim' (" + std::to_string(c.dim) +
-           ") is not a multiple of 'n_heads' (" + std::to_string(c.n_heads) + ")");
+      fail("field 'head_dim' is required when 'dim' (" + std::to_string(c.dim) + ") is not a multiple of 'n_heads' (" +
+           std::to_string(c.n_heads) + ")");
     if (c.n_heads > 0) c.head_dim = c.dim / c.n_heads;
   }
 }
@@ -201,8 +201,7 @@ void fill_derived_defaults(const std::set<std::string>& present, ModelConfig& c)
 
 void require_at_least(int64_t value, int64_t min, const char* field) {
   if (value < min)
-    fail("field " + quoted(field) + " must be >= " + std::to_string(min) + ", got " +
-         std::to_string(value));
+    fail("field " + quoted(field) + " must be >= " + std::to_string(min) + ", got " + std::to_string(value));
 }
 
 void require_at_most(int64_t value, int64_t max, const char* field) {
@@ -277,13 +276,13 @@ void check_value_embed_layers(const ModelConfig& c) {
   for (size_t k = 0; k < c.value_embed_layers.size(); ++k) {
     const int64_t i = c.value_embed_layers[k];
     if (i < 0 || i >= n)
-      fail("field 'value_embed_layers' has layer " + std::to_string(i) + " outside [0, " +
-           std::to_string(n) + ") (the pre, loop and post layers in order)");
+      fail("field 'value_embed_layers' has layer " + std::to_string(i) + " outside [0, " + std::to_string(n) +
+           ") (the pre, loop and post layers in order)");
     if (k > 0 && i <= c.value_embed_layers[k - 1]) fail("field 'value_embed_layers' must be increasing");
   }
   if (!c.value_embed_layers.empty() && c.dim < kValueGateDim)
-    fail("field 'value_embed_layers': the gate reads " + std::to_string(kValueGateDim) +
-         " channels, 'dim' is " + std::to_string(c.dim));
+    fail("field 'value_embed_layers': the gate reads " + std::to_string(kValueGateDim) + " channels, 'dim' is " +
+         std::to_string(c.dim));
 }
 
 void check_token_id(int64_t id, int64_t vocab, const char* field) {
@@ -307,8 +306,7 @@ void check_derived_sizes(const ModelConfig& c) {
   checked_mul(c.max_seq_len, c.dim, "max_seq_len * dim");
   checked_mul(c.ffn_dim, c.dim, "ffn_dim * dim");
   const int64_t looped = checked_mul(c.default_loops, c.n_loop_layers, "default_loops * n_loop_layers");
-  checked_add(checked_add(c.n_pre_blocks, c.n_post_blocks, "n_pre_blocks + n_post_blocks"), looped,
-              "effective depth");
+  checked_add(checked_add(c.n_pre_blocks, c.n_post_blocks, "n_pre_blocks + n_post_blocks"), looped, "effective depth");
 }
 
 void check_consistency(const ModelConfig& c) {
@@ -380,8 +378,7 @@ void add_layer(ShapeMap& m, const ModelConfig& c, const std::string& p, bool val
 // `count` layers named prefix0., prefix1., ...; `first` is the first one's index over the
 // pre, loop and post layers (value_embed_layers counts that way).
 void add_layers(ShapeMap& m, const ModelConfig& c, const char* prefix, int64_t count, int64_t first) {
-  for (int64_t i = 0; i < count; ++i)
-    add_layer(m, c, prefix + std::to_string(i) + ".", c.has_value_embed(first + i));
+  for (int64_t i = 0; i < count; ++i) add_layer(m, c, prefix + std::to_string(i) + ".", c.has_value_embed(first + i));
 }
 
 }  // namespace
@@ -405,8 +402,7 @@ std::string config_to_json(const ModelConfig& c) {
 #define TL_FLOAT(name, def, doc) j[#name] = c.name;
 #define TL_BOOL(name, def, doc) j[#name] = c.name;
 #define TL_ENUM(name, type, def, doc) j[#name] = enum_name(c.name);
-#define TL_OPT_INT(name, doc) \
-  j[#name] = c.name ? nlohmann::ordered_json(*c.name) : nlohmann::ordered_json(nullptr);
+#define TL_OPT_INT(name, doc) j[#name] = c.name ? nlohmann::ordered_json(*c.name) : nlohmann::ordered_json(nullptr);
 #define TL_INT_LIST(name, doc) j[#name] = c.name;
 #include "tinyloop/config_fields.def"
 #undef TL_INT
@@ -423,8 +419,7 @@ TensorShapeList expected_tensor_list(const ModelConfig& c) {
   ShapeMap m;
   m["embed.weight"] = {c.vocab_size, c.dim};
   if (c.pos_encoding == PosEncoding::Learned) m["pos_emb.weight"] = {c.max_seq_len, c.dim};
-  if (c.inject == Inject::LinearConcat)
-    m["inject.weight"] = {c.dim, checked_mul(2, c.dim, "2 * dim")};
+  if (c.inject == Inject::LinearConcat) m["inject.weight"] = {c.dim, checked_mul(2, c.dim, "2 * dim")};
   add_layers(m, c, "pre.", c.n_pre_blocks, 0);
   add_layers(m, c, "loop.", c.n_loop_layers, c.n_pre_blocks);
   add_layers(m, c, "post.", c.n_post_blocks, c.n_pre_blocks + c.n_loop_layers);

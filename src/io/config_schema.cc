@@ -38,23 +38,18 @@ json entry(const json& defaults, const char* name, const char* kind, FieldPresen
 std::string config_schema_json() {
   const json defaults = json::parse(config_to_json(ModelConfig{}));
   json fields = json::array();
-#define TL_INT(name, def, presence, min, max, doc)                                    \
-  fields.push_back(entry(defaults, #name, "int", FieldPresence::presence, doc));      \
-  fields.back()["min"] = min;                                                         \
+#define TL_INT(name, def, presence, min, max, doc)                               \
+  fields.push_back(entry(defaults, #name, "int", FieldPresence::presence, doc)); \
+  fields.back()["min"] = min;                                                    \
   fields.back()["max"] = (max) == kNoLimit ? json(nullptr) : json(max);
-#define TL_UINT(name, def, doc) \
-  fields.push_back(entry(defaults, #name, "uint64", FieldPresence::Optional, doc));
-#define TL_FLOAT(name, def, doc) \
-  fields.push_back(entry(defaults, #name, "float", FieldPresence::Optional, doc));
-#define TL_BOOL(name, def, doc) \
-  fields.push_back(entry(defaults, #name, "bool", FieldPresence::Optional, doc));
-#define TL_ENUM(name, type, def, doc)                                            \
+#define TL_UINT(name, def, doc) fields.push_back(entry(defaults, #name, "uint64", FieldPresence::Optional, doc));
+#define TL_FLOAT(name, def, doc) fields.push_back(entry(defaults, #name, "float", FieldPresence::Optional, doc));
+#define TL_BOOL(name, def, doc) fields.push_back(entry(defaults, #name, "bool", FieldPresence::Optional, doc));
+#define TL_ENUM(name, type, def, doc)                                             \
   fields.push_back(entry(defaults, #name, "enum", FieldPresence::Optional, doc)); \
   fields.back()["choices"] = choices_of<type>();
-#define TL_OPT_INT(name, doc) \
-  fields.push_back(entry(defaults, #name, "int_or_null", FieldPresence::Optional, doc));
-#define TL_INT_LIST(name, doc) \
-  fields.push_back(entry(defaults, #name, "int_list", FieldPresence::Optional, doc));
+#define TL_OPT_INT(name, doc) fields.push_back(entry(defaults, #name, "int_or_null", FieldPresence::Optional, doc));
+#define TL_INT_LIST(name, doc) fields.push_back(entry(defaults, #name, "int_list", FieldPresence::Optional, doc));
 #include "tinyloop/config_fields.def"
 #undef TL_INT
 #undef TL_UINT

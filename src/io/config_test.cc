@@ -19,9 +19,7 @@ using ::testing::HasSubstr;
 using Shape = std::vector<int64_t>;
 
 // The five required fields; tests add or override the rest.
-json minimal() {
-  return {{"dim", 8}, {"vocab_size", 16}, {"n_heads", 2}, {"ffn_dim", 12}, {"n_loop_layers", 1}};
-}
+json minimal() { return {{"dim", 8}, {"vocab_size", 16}, {"n_heads", 2}, {"ffn_dim", 12}, {"n_loop_layers", 1}}; }
 
 // The FormatError message of parse_config(j), or "" if it did not throw that.
 std::string error_of(const json& j) {
@@ -42,7 +40,7 @@ TEST(ParseConfig, DefaultsFollowTheDocTable) {
   const ModelConfig c = parse_config(minimal().dump());
   EXPECT_EQ(c.dim, 8);
   EXPECT_EQ(c.n_kv_heads, 2);  // = n_heads
-  EXPECT_EQ(c.head_dim, 4);    // = dim / n_heads
+  EXPECT_EQ(c.head_dim, 4);  // = dim / n_heads
   EXPECT_EQ(c.n_pre_blocks, 0);
   EXPECT_EQ(c.n_post_blocks, 0);
   EXPECT_EQ(c.default_loops, 1);
@@ -181,8 +179,7 @@ TEST(ParseConfig, MissingRequiredFieldIsNamed) {
 }
 
 TEST(ParseConfig, WrongTypeNamesFieldAndExpectedType) {
-  EXPECT_THAT(error_of(with(minimal(), "dim", "8")),
-              HasSubstr("field 'dim' must be an integer, got a string"));
+  EXPECT_THAT(error_of(with(minimal(), "dim", "8")), HasSubstr("field 'dim' must be an integer, got a string"));
   EXPECT_THAT(error_of(with(minimal(), "dim", 8.0)), HasSubstr("field 'dim' must be an integer"));
   EXPECT_THAT(error_of(with(minimal(), "norm_eps", "x")), HasSubstr("field 'norm_eps' must be a number"));
   EXPECT_THAT(error_of(with(minimal(), "qkv_fused", 1)), HasSubstr("field 'qkv_fused' must be a boolean"));
@@ -201,8 +198,8 @@ TEST(ParseConfig, UnknownEnumValueListsAllowed) {
 }
 
 TEST(ParseConfig, SizesMustBePositive) {
-  for (const char* f : {"dim", "vocab_size", "n_heads", "ffn_dim", "n_loop_layers", "n_kv_heads",
-                        "head_dim", "default_loops", "max_seq_len"}) {
+  for (const char* f : {"dim", "vocab_size", "n_heads", "ffn_dim", "n_loop_layers", "n_kv_heads", "head_dim",
+                        "default_loops", "max_seq_len"}) {
     EXPECT_THAT(error_of(with(minimal(), f, 0)), HasSubstr(std::string("'") + f + "' must be >= 1")) << f;
   }
   EXPECT_THAT(error_of(with(minimal(), "n_pre_blocks", -1)), HasSubstr("'n_pre_blocks' must be >= 0"));
@@ -214,11 +211,13 @@ TEST(ParseConfig, ConsistencyRules) {
   EXPECT_THAT(error_of(with(minimal(), "head_dim", 5)), HasSubstr("'head_dim' (5) must be even"));
   json no_rope = with(with(minimal(), "head_dim", 5), "pos_encoding", "none");
   EXPECT_NO_THROW(parse_config(no_rope.dump()));
-  EXPECT_THAT(error_of(with(minimal(), "norm_bias", true)), HasSubstr("'norm_bias' is only allowed with norm_type 'layernorm'"));
+  EXPECT_THAT(error_of(with(minimal(), "norm_bias", true)),
+              HasSubstr("'norm_bias' is only allowed with norm_type 'layernorm'"));
   EXPECT_THAT(error_of(with(minimal(), "init_state", "random")), HasSubstr("'init_state_std' must be > 0"));
   EXPECT_THAT(error_of(with(with(minimal(), "post_loop_norm", "final"), "final_norm", false)),
               HasSubstr("'post_loop_norm' is 'final' but 'final_norm' is false"));
-  EXPECT_THAT(error_of(with(minimal(), "bos_id", 16)), HasSubstr("'bos_id' has token id 16 outside [0, vocab_size=16)"));
+  EXPECT_THAT(error_of(with(minimal(), "bos_id", 16)),
+              HasSubstr("'bos_id' has token id 16 outside [0, vocab_size=16)"));
   EXPECT_THAT(error_of(with(minimal(), "eos_ids", {0, -1})), HasSubstr("'eos_ids' has token id -1"));
   EXPECT_THAT(error_of(with(minimal(), "norm_eps", -1.0)), HasSubstr("'norm_eps' must be >= 0"));
   EXPECT_THAT(error_of(with(with(minimal(), "rope_theta", 0), "pos_encoding", "none")),
@@ -249,18 +248,12 @@ ModelConfig base() { return parse_config(minimal().dump()); }  // D=8, V=16, H=K
 TEST(ExpectedShapes, PlainPreNormModel) {
   const auto m = expected_tensor_shapes(base());
   const std::map<std::string, Shape> want = {
-      {"embed.weight", {16, 8}},
-      {"loop.0.attn_norm.weight", {8}},
-      {"loop.0.mlp_norm.weight", {8}},
-      {"loop.0.attn.wq.weight", {8, 8}},
-      {"loop.0.attn.wk.weight", {8, 8}},
-      {"loop.0.attn.wv.weight", {8, 8}},
-      {"loop.0.attn.wo.weight", {8, 8}},
-      {"loop.0.mlp.w_gate.weight", {12, 8}},
-      {"loop.0.mlp.w_up.weight", {12, 8}},
-      {"loop.0.mlp.w_down.weight", {8, 12}},
-      {"final_norm.weight", {8}},
-      {"head.weight", {16, 8}},
+      {"embed.weight", {16, 8}},           {"loop.0.attn_norm.weight", {8}},
+      {"loop.0.mlp_norm.weight", {8}},     {"loop.0.attn.wq.weight", {8, 8}},
+      {"loop.0.attn.wk.weight", {8, 8}},   {"loop.0.attn.wv.weight", {8, 8}},
+      {"loop.0.attn.wo.weight", {8, 8}},   {"loop.0.mlp.w_gate.weight", {12, 8}},
+      {"loop.0.mlp.w_up.weight", {12, 8}}, {"loop.0.mlp.w_down.weight", {8, 12}},
+      {"final_norm.weight", {8}},          {"head.weight", {16, 8}},
   };
   EXPECT_EQ(m, want);
 }
@@ -367,7 +360,7 @@ TEST(ExpectedShapes, ValueEmbeddingsOnTheListedLayers) {
   EXPECT_FALSE(m.count("pre.0.attn.value_embed.weight"));
   for (const char* p : {"loop.0.", "post.0."}) {
     EXPECT_EQ(m.at(std::string(p) + "attn.value_embed.weight"), (Shape{16, 16})) << p;  // [V, KVH hd]
-    EXPECT_EQ(m.at(std::string(p) + "attn.value_gate.weight"), (Shape{1, 32})) << p;   // [KVH, 32]
+    EXPECT_EQ(m.at(std::string(p) + "attn.value_gate.weight"), (Shape{1, 32})) << p;  // [KVH, 32]
   }
 }
 

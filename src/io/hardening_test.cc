@@ -51,8 +51,7 @@ TEST(Checked, MulAddRoundCastThrowNamingTheQuantity) {
   EXPECT_THROW(checked_add(std::numeric_limits<int64_t>::min(), int64_t(-1), "n"), std::overflow_error);
   EXPECT_THROW(checked_mul(int64_t(-1), std::numeric_limits<int64_t>::min(), "n"), std::overflow_error);
   // The rounding that once wrapped in the huge-page allocator.
-  EXPECT_THROW(checked_round_up(std::numeric_limits<size_t>::max() - 5, size_t(1) << 21, "bytes"),
-               std::overflow_error);
+  EXPECT_THROW(checked_round_up(std::numeric_limits<size_t>::max() - 5, size_t(1) << 21, "bytes"), std::overflow_error);
   EXPECT_THROW(checked_mul<FormatError>(uint64_t(1) << 63, uint64_t(2), "tensor bytes"), FormatError);
   EXPECT_EQ(checked_cast<int32_t>(int64_t(5), "id"), 5);
   EXPECT_THROW(checked_cast<int32_t>(int64_t(1) << 31, "id"), std::overflow_error);
@@ -65,9 +64,11 @@ TEST(Checked, MulAddRoundCastThrowNamingTheQuantity) {
 TEST(PrintableUtf8, EscapesExactlyTheBytesThatAreNotUtf8) {
   EXPECT_EQ(printable_utf8("plain"), "plain");
   EXPECT_EQ(printable_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
-  EXPECT_EQ(printable_utf8("a\xff" "b"), "a\\xffb");
-  EXPECT_EQ(printable_utf8("\xc3"), "\\xc3");              // truncated sequence
-  EXPECT_EQ(printable_utf8("\xc0\xaf"), "\\xc0\\xaf");      // overlong
+  EXPECT_EQ(printable_utf8("a\xff"
+                           "b"),
+            "a\\xffb");
+  EXPECT_EQ(printable_utf8("\xc3"), "\\xc3");  // truncated sequence
+  EXPECT_EQ(printable_utf8("\xc0\xaf"), "\\xc0\\xaf");  // overlong
   EXPECT_EQ(printable_utf8("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // surrogate
   EXPECT_EQ(std::string(FormatError("x\xfe").what()), "x\\xfe");
 }
@@ -124,8 +125,8 @@ TEST(ConfigLimits, DuplicateFieldIsRefused) {
 // ---- opening ----
 
 TEST(ModelFileHardening, FifoIsRefusedWithoutBlocking) {
-  const std::string fifo = (std::filesystem::temp_directory_path() /
-                            ("tinyloop_fifo_" + std::to_string(::getpid()))).string();
+  const std::string fifo =
+      (std::filesystem::temp_directory_path() / ("tinyloop_fifo_" + std::to_string(::getpid()))).string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   auto result = std::async(std::launch::async, [&]() -> std::string {
     try {

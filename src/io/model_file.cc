@@ -34,8 +34,7 @@ std::string quoted(const std::string& s) { return "'" + s + "'"; }
   throw FormatError("model file " + quoted(path) + ": " + msg);
 }
 
-[[noreturn]] void fail_tensor(const std::string& path, const std::string& name,
-                              const std::string& msg) {
+[[noreturn]] void fail_tensor(const std::string& path, const std::string& name, const std::string& msg) {
   fail(path, "tensor " + quoted(name) + ": " + msg);
 }
 
@@ -63,15 +62,13 @@ int open_readonly(const std::string& path) {
   // O_NONBLOCK: opening a FIFO for reading must not wait for a writer (it is refused as not
   // a regular file right after); on a regular file the flag changes nothing.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0)
-    throw FileNotFound("cannot open model file " + quoted(path) + ": " + std::strerror(errno));
+  if (fd < 0) throw FileNotFound("cannot open model file " + quoted(path) + ": " + std::strerror(errno));
   return fd;
 }
 
 uint64_t regular_file_size(int fd, const std::string& path) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0)
-    throw FileNotFound("cannot stat model file " + quoted(path) + ": " + std::strerror(errno));
+  if (::fstat(fd, &st) != 0) throw FileNotFound("cannot stat model file " + quoted(path) + ": " + std::strerror(errno));
   // A directory opens fine with O_RDONLY but is no file to read.
   if (!S_ISREG(st.st_mode)) throw FileNotFound("model file " + quoted(path) + " is not a regular file");
   return uint64_t(st.st_size);
@@ -123,8 +120,7 @@ uint64_t header_length(const uint8_t* bytes, uint64_t size, const std::string& p
   const uint64_t n = read_u64_le(bytes);
   // Compare against size - 8 rather than n + 8 > size, which could wrap.
   if (n > size - kHeaderLenBytes)
-    fail(path, "header length " + std::to_string(n) + " does not fit in the file (" +
-                   std::to_string(size) + " bytes)");
+    fail(path, "header length " + std::to_string(n) + " does not fit in the file (" + std::to_string(size) + " bytes)");
   return n;
 }
 
@@ -136,7 +132,8 @@ json parse_header(const uint8_t* begin, uint64_t n, const std::string& path) {
   const json::parser_callback_t no_duplicates = [&](int depth, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::object_start) keys.emplace_back();
     else if (event == json::parse_event_t::object_end) keys.pop_back();
-    else if (event == json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second)
+    else if (event == json::parse_event_t::key && !keys.empty() &&
+             !keys.back().insert(parsed.get<std::string>()).second)
       fail(path, "header has the key " + quoted(parsed.get<std::string>()) + " twice" +
                      (depth == 1 ? " (duplicate tensor name)" : ""));
     return true;
@@ -255,8 +252,8 @@ uint64_t read_offset(const std::string& name, const json& d, const std::string& 
 }
 
 // Byte size of shape x element size, refusing anything that does not fit in 64 bits.
-uint64_t checked_nbytes(const std::string& name, const std::vector<int64_t>& shape,
-                        uint64_t elem_size, const std::string& path) {
+uint64_t checked_nbytes(const std::string& name, const std::vector<int64_t>& shape, uint64_t elem_size,
+                        const std::string& path) {
   uint64_t n = elem_size;
   try {
     for (int64_t d : shape) n = checked_mul(n, uint64_t(d), "byte size");
@@ -281,16 +278,16 @@ Entry read_entry(const std::string& name, const json& v, uint64_t data_size, con
   e.begin = read_offset(name, off[0], path);
   e.end = read_offset(name, off[1], path);
   if (e.begin > e.end)
-    fail_tensor(path, name, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                                "] end before they begin");
+    fail_tensor(path, name,
+                "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] end before they begin");
   if (e.end > data_size)
-    fail_tensor(path, name, "data_offsets end " + std::to_string(e.end) +
-                                " beyond the file: past the end of the data section (" +
-                                std::to_string(data_size) + " bytes; truncated?)");
+    fail_tensor(path, name,
+                "data_offsets end " + std::to_string(e.end) + " beyond the file: past the end of the data section (" +
+                    std::to_string(data_size) + " bytes; truncated?)");
   if (e.end - e.begin != e.info.nbytes)
-    fail_tensor(path, name, "shape " + shape_str(e.info.shape) + " of " + dt.name + " is " +
-                                std::to_string(e.info.nbytes) + " bytes but data_offsets span " +
-                                std::to_string(e.end - e.begin) + " (size mismatch)");
+    fail_tensor(path, name,
+                "shape " + shape_str(e.info.shape) + " of " + dt.name + " is " + std::to_string(e.info.nbytes) +
+                    " bytes but data_offsets span " + std::to_string(e.end - e.begin) + " (size mismatch)");
   return e;
 }
 
@@ -307,14 +304,14 @@ void check_tiling(std::vector<const Entry*> entries, uint64_t data_size, const s
     if (e->begin < covered)
       fail(path, "tensor " + quoted(e->info.name) + " overlaps tensor " + quoted(prev->info.name));
     if (e->begin > covered)
-      fail(path, "hole in the data section: bytes [" + std::to_string(covered) + ", " +
-                     std::to_string(e->begin) + ") belong to no tensor (before tensor " + quoted(e->info.name) + ")");
+      fail(path, "hole in the data section: bytes [" + std::to_string(covered) + ", " + std::to_string(e->begin) +
+                     ") belong to no tensor (before tensor " + quoted(e->info.name) + ")");
     covered = e->end;
     prev = e;
   }
   if (covered != data_size)
-    fail(path, "hole in the data section: bytes [" + std::to_string(covered) + ", " +
-                   std::to_string(data_size) + ") at its end are not covered by any tensor");
+    fail(path, "hole in the data section: bytes [" + std::to_string(covered) + ", " + std::to_string(data_size) +
+                   ") at its end are not covered by any tensor");
 }
 
 uint64_t element_size(StoredDType t) { return dtype_info(t).size; }
@@ -324,8 +321,9 @@ uint64_t element_size(StoredDType t) { return dtype_info(t).size; }
 void check_alignment(const Entry& e, uint64_t data_start, const std::string& path) {
   const uint64_t elem = element_size(e.info.dtype);
   if ((data_start + e.begin) % elem != 0)
-    fail_tensor(path, e.info.name, "starts at file offset " + std::to_string(data_start + e.begin) +
-                                       ", not a multiple of its element size " + std::to_string(elem));
+    fail_tensor(path, e.info.name,
+                "starts at file offset " + std::to_string(data_start + e.begin) +
+                    ", not a multiple of its element size " + std::to_string(elem));
 }
 
 // ---- tensors against the config ----
@@ -335,17 +333,15 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 // Norm weights and all biases are F32; everything else is a computable weight.
-bool must_be_f32(const std::string& name) {
-  return ends_with(name, ".bias") || ends_with(name, "norm.weight");
-}
+bool must_be_f32(const std::string& name) { return ends_with(name, ".bias") || ends_with(name, "norm.weight"); }
 
 bool is_quant_dtype(StoredDType t) { return dtype_info(t).use == DTypeUse::Quantized; }
 
 // The weights that may be stored int8 / int4: every linear, the embedding and the head.
 bool quantizable(const std::string& name) {
-  static const char* const kSuffixes[] = {
-      ".attn.wq.weight", ".attn.wk.weight", ".attn.wv.weight", ".attn.wqkv.weight",
-      ".attn.wo.weight", ".mlp.w_gate.weight", ".mlp.w_up.weight", ".mlp.w_down.weight"};
+  static const char* const kSuffixes[] = {".attn.wq.weight",   ".attn.wk.weight",   ".attn.wv.weight",
+                                          ".attn.wqkv.weight", ".attn.wo.weight",   ".mlp.w_gate.weight",
+                                          ".mlp.w_up.weight",  ".mlp.w_down.weight"};
   if (name == "inject.weight" || name == "embed.weight" || name == "head.weight") return true;
   for (const char* s : kSuffixes)
     if (ends_with(name, s)) return true;
@@ -372,8 +368,9 @@ void check_quantized(const TensorInfo& t, const std::vector<int64_t>& shape,
     fail_tensor(path, t.name, "dtype U8 (int4) needs an even number of columns, the config gives " + std::to_string(K));
   const std::vector<int64_t> stored = {N, u4 ? K / 2 : K};
   if (t.shape != stored)
-    fail_tensor(path, t.name, "wrong shape: expected " + shape_str(stored) + (u4 ? " (int4: [out, in / 2])" : "") +
-                                  ", found " + shape_str(t.shape));
+    fail_tensor(path, t.name,
+                "wrong shape: expected " + shape_str(stored) + (u4 ? " (int4: [out, in / 2])" : "") + ", found " +
+                    shape_str(t.shape));
   if (!u4 && tensors.count(t.name + ".offsets"))
     fail_tensor(path, t.name + ".offsets", "leftover: an I8 (int8) weight has no offsets");
   // The companions: present with a scale dtype; for int4 the offsets match the scales in
@@ -391,17 +388,21 @@ void check_quantized(const TensorInfo& t, const std::vector<int64_t>& shape,
   const TensorInfo& scales = *companions[0];
   const TensorInfo* offsets = u4 ? companions[1] : nullptr;
   if (offsets && offsets->dtype != scales.dtype)
-    fail_tensor(path, offsets->name, "dtype " + offsets->dtype_name + " differs from the scales' " +
-                                         scales.dtype_name + " (they must match)");
+    fail_tensor(
+        path, offsets->name,
+        "dtype " + offsets->dtype_name + " differs from the scales' " + scales.dtype_name + " (they must match)");
   if (scales.shape.size() != 2 || scales.shape[0] != N || scales.shape[1] <= 0 || K % scales.shape[1] != 0)
-    fail_tensor(path, scales.name, "wrong shape " + shape_str(scales.shape) + ": expected [" + std::to_string(N) +
-                                       ", K/G] with the group size G dividing K = " + std::to_string(K));
+    fail_tensor(path, scales.name,
+                "wrong shape " + shape_str(scales.shape) + ": expected [" + std::to_string(N) +
+                    ", K/G] with the group size G dividing K = " + std::to_string(K));
   if (offsets && offsets->shape != scales.shape)
-    fail_tensor(path, offsets->name, "shape " + shape_str(offsets->shape) + " differs from the scales' " +
-                                         shape_str(scales.shape) + " (they must match)");
+    fail_tensor(path, offsets->name,
+                "shape " + shape_str(offsets->shape) + " differs from the scales' " + shape_str(scales.shape) +
+                    " (they must match)");
   if (u4 && (K / scales.shape[1]) % 2 != 0)
-    fail_tensor(path, scales.name, "group size " + std::to_string(K / scales.shape[1]) +
-                                       " is odd (int4 packs two columns a byte, so it must be even)");
+    fail_tensor(path, scales.name,
+                "group size " + std::to_string(K / scales.shape[1]) +
+                    " is odd (int4 packs two columns a byte, so it must be even)");
 }
 
 // The companion's weight when `name` is "<weight>.scales" / "<weight>.offsets", else "".
@@ -426,13 +427,15 @@ void check_against_config(const ModelConfig& c, const std::map<std::string, Tens
   // the config has no place for it.
   for (const auto& [name, info] : tensors)
     if (dtype_info(info.dtype).use == DTypeUse::Unsupported)
-      fail_tensor(path, name, "unsupported dtype " + info.dtype_name +
-                                  " (weights are F32, F16 or BF16, or I8 / U8 with scales under format version 2)");
+      fail_tensor(path, name,
+                  "unsupported dtype " + info.dtype_name +
+                      " (weights are F32, F16 or BF16, or I8 / U8 with scales under format version 2)");
   if (version == kFormatVersionFloat)
     for (const auto& [name, info] : tensors)
       if (is_quant_dtype(info.dtype))
-        fail_tensor(path, name, "dtype " + info.dtype_name +
-                                    " (quantized weights) not supported by format version 1 (needs format_version 2)");
+        fail_tensor(path, name,
+                    "dtype " + info.dtype_name +
+                        " (quantized weights) not supported by format version 1 (needs format_version 2)");
   check_layer_count(c, tensors.size(), path);
   const auto expected = expected_tensor_shapes(c);
   for (const auto& [name, shape] : expected) {
@@ -443,8 +446,7 @@ void check_against_config(const ModelConfig& c, const std::map<std::string, Tens
       continue;
     }
     if (it->second.shape != shape)
-      fail_tensor(path, name, "wrong shape: expected " + shape_str(shape) + ", found " +
-                                  shape_str(it->second.shape));
+      fail_tensor(path, name, "wrong shape: expected " + shape_str(shape) + ", found " + shape_str(it->second.shape));
     check_dtype(it->second, path);
   }
   for (const auto& [name, info] : tensors) {

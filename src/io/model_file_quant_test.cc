@@ -13,8 +13,8 @@
 namespace tinyloop {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::build_raw_file;
+using ::testing::HasSubstr;
 using testing::quantized_tensors;
 using testing::serialize;
 using testing::TempFile;
@@ -87,7 +87,8 @@ TEST(ModelFileQuant, MissingCompanions) {
 TEST(ModelFileQuant, CompanionDtypes) {
   auto ts = quantized_tensors(tiny_config(), "I8", 4);
   find(ts, kW + ".scales").dtype = "BF16";
-  EXPECT_THAT(error_of(ts), HasSubstr("'" + kW + ".scales': dtype BF16 not supported: scales and offsets are F16 or F32"));
+  EXPECT_THAT(error_of(ts),
+              HasSubstr("'" + kW + ".scales': dtype BF16 not supported: scales and offsets are F16 or F32"));
   ts = quantized_tensors(tiny_config(), "U8", 4, "F16");
   find(ts, kW + ".offsets").dtype = "F32";
   EXPECT_THAT(error_of(ts), HasSubstr("'" + kW + ".offsets': dtype F32 differs from the scales' F16"));
@@ -96,7 +97,9 @@ TEST(ModelFileQuant, CompanionDtypes) {
 TEST(ModelFileQuant, CompanionShapesAndGroups) {
   auto ts = quantized_tensors(tiny_config(), "I8", 4);
   find(ts, kW + ".scales").shape = {8, 3};  // 3 does not divide K = 8
-  EXPECT_THAT(error_of(ts), HasSubstr("'" + kW + ".scales': wrong shape [8, 3]: expected [8, K/G] with the group size G dividing K = 8"));
+  EXPECT_THAT(
+      error_of(ts),
+      HasSubstr("'" + kW + ".scales': wrong shape [8, 3]: expected [8, K/G] with the group size G dividing K = 8"));
   ts = quantized_tensors(tiny_config(), "I8", 4);
   find(ts, kW + ".scales").shape = {7, 2};
   EXPECT_THAT(error_of(ts), HasSubstr("'" + kW + ".scales': wrong shape [7, 2]"));
@@ -112,7 +115,8 @@ TEST(ModelFileQuant, CompanionShapesAndGroups) {
 TEST(ModelFileQuant, WeightShapes) {
   auto ts = quantized_tensors(tiny_config(), "U8", 4);
   find(ts, kW).shape = {8, 8};  // int4 stores [N, K / 2]
-  EXPECT_THAT(error_of(ts), HasSubstr("'" + kW + "': wrong shape: expected [8, 4] (int4: [out, in / 2]), found [8, 8]"));
+  EXPECT_THAT(error_of(ts),
+              HasSubstr("'" + kW + "': wrong shape: expected [8, 4] (int4: [out, in / 2]), found [8, 8]"));
   ts = quantized_tensors(tiny_config(), "I8", 4);
   find(ts, kW).shape = {8, 4};
   EXPECT_THAT(error_of(ts), HasSubstr("'" + kW + "': wrong shape: expected [8, 8], found [8, 4]"));
@@ -121,7 +125,8 @@ TEST(ModelFileQuant, WeightShapes) {
 TEST(ModelFileQuant, OnlyWeightsMayBeQuantized) {
   auto ts = quantized_tensors(tiny_config(), "I8", 4);
   find(ts, "final_norm.weight").dtype = "I8";
-  EXPECT_THAT(error_of(ts), HasSubstr("'final_norm.weight': dtype I8: only linear, embed and head weights may be quantized"));
+  EXPECT_THAT(error_of(ts),
+              HasSubstr("'final_norm.weight': dtype I8: only linear, embed and head weights may be quantized"));
 }
 
 TEST(ModelFileQuant, LeftOverCompanions) {

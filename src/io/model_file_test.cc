@@ -46,8 +46,7 @@ RawFile with_entry(RawFile f, const std::string& name, const std::string& key, c
 
 // Give tensor `name` a new dtype and shape in place: resize its byte range and shift every
 // later tensor, so the data section stays tiled and only the intended check can fire.
-void retype_tensor(RawFile& f, const std::string& name, const std::string& dtype,
-                   const std::vector<int64_t>& shape) {
+void retype_tensor(RawFile& f, const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape) {
   uint64_t n = testing::test_elem_size(dtype);
   for (int64_t d : shape) n *= uint64_t(d);
   const uint64_t b = f.header[name]["data_offsets"][0];
@@ -252,8 +251,8 @@ TEST(ModelFileCorrupt, OffsetsBeyondFile) {
   RawFile raw = make_raw_file(tiny_config());
   const uint64_t end = raw.data.size();
   const std::string name = "embed.weight";
-  const uint64_t n = raw.header[name]["data_offsets"][1].get<uint64_t>() -
-                     raw.header[name]["data_offsets"][0].get<uint64_t>();
+  const uint64_t n =
+      raw.header[name]["data_offsets"][1].get<uint64_t>() - raw.header[name]["data_offsets"][0].get<uint64_t>();
   raw = with_entry(raw, name, "data_offsets", {end, end + n});
   EXPECT_THAT(format_error_of(raw), HasSubstr("'embed.weight': data_offsets end"));
   EXPECT_THAT(format_error_of(raw), HasSubstr("beyond the file"));
@@ -329,8 +328,7 @@ TEST(ModelFileCorrupt, HugeLayerCountIsRefusedCheaply) {
 TEST(ModelFileCorrupt, WrongShapeSaysExpectedAndFound) {
   RawFile raw = make_raw_file(tiny_config());
   raw.header["embed.weight"]["shape"] = {8, 16};  // same byte size, transposed
-  EXPECT_THAT(format_error_of(raw),
-              HasSubstr("'embed.weight': wrong shape: expected [16, 8], found [8, 16]"));
+  EXPECT_THAT(format_error_of(raw), HasSubstr("'embed.weight': wrong shape: expected [16, 8], found [8, 16]"));
 }
 
 TEST(ModelFileCorrupt, LeftOverTensor) {
@@ -345,9 +343,8 @@ TEST(ModelFileCorrupt, WeightDtypeV1CannotCompute) {
   for (const char* dt : {"I8", "U8"}) {
     RawFile raw = make_raw_file(tiny_config());
     retype_tensor(raw, "loop.0.attn.wq.weight", dt, {8, 8});
-    EXPECT_THAT(format_error_of(raw),
-                HasSubstr(std::string("'loop.0.attn.wq.weight': dtype ") + dt +
-                          " (quantized weights) not supported by format version 1"))
+    EXPECT_THAT(format_error_of(raw), HasSubstr(std::string("'loop.0.attn.wq.weight': dtype ") + dt +
+                                                " (quantized weights) not supported by format version 1"))
         << dt;
   }
   RawFile raw = make_raw_file(tiny_config());
@@ -380,14 +377,10 @@ void mutate_header(std::vector<uint8_t>& bytes, uint64_t header_end, Mutation m,
   for (int k = 0; k < count; ++k) {
     const uint64_t pos = rng() % header_end;
     uint8_t& b = bytes[pos];
-    if (m == Mutation::RawBytes)
-      b = (rng() % 2) ? uint8_t(rng()) : uint8_t(b ^ (1u << (rng() % 8)));
-    else if (b >= '0' && b <= '9')
-      b = uint8_t('0' + rng() % 10);
-    else if (b >= 'a' && b <= 'z')
-      b = uint8_t('a' + rng() % 26);
-    else if (b >= 'A' && b <= 'Z')
-      b = uint8_t('A' + rng() % 26);
+    if (m == Mutation::RawBytes) b = (rng() % 2) ? uint8_t(rng()) : uint8_t(b ^ (1u << (rng() % 8)));
+    else if (b >= '0' && b <= '9') b = uint8_t('0' + rng() % 10);
+    else if (b >= 'a' && b <= 'z') b = uint8_t('a' + rng() % 26);
+    else if (b >= 'A' && b <= 'Z') b = uint8_t('A' + rng() % 26);
   }
   if (rng() % 4 == 0) bytes.resize(rng() % (bytes.size() + 1));
 }

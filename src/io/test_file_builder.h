@@ -52,8 +52,7 @@ inline RawFile make_raw_file(const ModelConfig& c, const std::string& weight_dty
     const std::string dt = test_dtype_for(name, weight_dtype);
     items.push_back({name, dt, shape, test_elem_size(dt)});
   }
-  std::stable_sort(items.begin(), items.end(),
-                   [](const Item& a, const Item& b) { return a.elem > b.elem; });
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.elem > b.elem; });
   RawFile f;
   for (const Item& it : items) {
     uint64_t n = it.elem;
@@ -62,8 +61,7 @@ inline RawFile make_raw_file(const ModelConfig& c, const std::string& weight_dty
     for (uint64_t i = 0; i < n; ++i) f.data.push_back(uint8_t((begin + i) * 131 + 7));
     f.header[it.name] = {{"dtype", it.dtype}, {"shape", it.shape}, {"data_offsets", {begin, begin + n}}};
   }
-  f.header["__metadata__"] = {
-      {"format", "tinyloop"}, {"format_version", "1"}, {"config", config_to_json(c)}};
+  f.header["__metadata__"] = {{"format", "tinyloop"}, {"format_version", "1"}, {"config", config_to_json(c)}};
   return f;
 }
 
@@ -95,19 +93,19 @@ inline RawFile build_raw_file(std::vector<TestTensor> tensors, const nlohmann::j
 // The tensors of `c` with every linear, the embedding and the head quantized (format
 // version 2): qdtype "I8" ([N, K]) or "U8" (int4, [N, K / 2]), group size G, companions
 // `.scales` (and `.offsets` for U8) of scale_dtype [N, K / G]. Everything else F32.
-inline std::vector<TestTensor> quantized_tensors(const ModelConfig& c, const std::string& qdtype,
-                                                 int64_t G, const std::string& scale_dtype = "F16") {
+inline std::vector<TestTensor> quantized_tensors(const ModelConfig& c, const std::string& qdtype, int64_t G,
+                                                 const std::string& scale_dtype = "F16") {
   const auto ends = [](const std::string& n, const std::string& s) {
     return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
   };
   std::vector<TestTensor> out;
   for (const auto& [name, shape] : expected_tensor_shapes(c)) {
-    const bool quant = shape.size() == 2 && (name == "embed.weight" || name == "head.weight" ||
-                                             name == "inject.weight" || ends(name, "attn.wq.weight") ||
-                                             ends(name, "attn.wk.weight") || ends(name, "attn.wv.weight") ||
-                                             ends(name, "attn.wqkv.weight") || ends(name, "attn.wo.weight") ||
-                                             ends(name, "mlp.w_gate.weight") || ends(name, "mlp.w_up.weight") ||
-                                             ends(name, "mlp.w_down.weight"));
+    const bool quant =
+        shape.size() == 2 &&
+        (name == "embed.weight" || name == "head.weight" || name == "inject.weight" || ends(name, "attn.wq.weight") ||
+         ends(name, "attn.wk.weight") || ends(name, "attn.wv.weight") || ends(name, "attn.wqkv.weight") ||
+         ends(name, "attn.wo.weight") || ends(name, "mlp.w_gate.weight") || ends(name, "mlp.w_up.weight") ||
+         ends(name, "mlp.w_down.weight"));
     if (!quant) {
       out.push_back({name, "F32", shape});
       continue;
@@ -137,9 +135,7 @@ inline std::vector<uint8_t> serialize_header_and_data(const std::string& header_
   return out;
 }
 
-inline std::vector<uint8_t> serialize(const RawFile& f) {
-  return serialize_header_and_data(f.header.dump(), f.data);
-}
+inline std::vector<uint8_t> serialize(const RawFile& f) { return serialize_header_and_data(f.header.dump(), f.data); }
 
 // A small config that exercises prelude, loop and coda layers with GQA.
 inline ModelConfig tiny_config() {
@@ -163,8 +159,7 @@ class TempFile {
   TempFile() {
     static std::atomic<int> counter{0};
     path_ = (std::filesystem::temp_directory_path() /
-             ("tinyloop_io_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) +
-              ".tinyloop"))
+             ("tinyloop_io_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".tinyloop"))
                 .string();
   }
   ~TempFile() {

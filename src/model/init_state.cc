@@ -13,9 +13,7 @@ uint64_t splitmix64(uint64_t x) {
 
 namespace {
 
-double uniform(uint64_t key, uint64_t k) {
-  return static_cast<double>(splitmix64(key + k) >> 11) * 0x1.0p-53;
-}
+double uniform(uint64_t key, uint64_t k) { return static_cast<double>(splitmix64(key + k) >> 11) * 0x1.0p-53; }
 
 // Standard normal truncated at +-3 by redrawing (Huginn's trunc_normal init).
 double truncated_normal(uint64_t key) {
@@ -29,8 +27,7 @@ double truncated_normal(uint64_t key) {
 
 }  // namespace
 
-void random_initial_state(uint64_t seed, const int64_t* pos, int64_t T, int64_t D, double std,
-                          float* out) {
+void random_initial_state(uint64_t seed, const int64_t* pos, int64_t T, int64_t D, double std, float* out) {
   const uint64_t seed_key = splitmix64(seed);
   for (int64_t t = 0; t < T; ++t) {
     const uint64_t pos_key = splitmix64(seed_key ^ static_cast<uint64_t>(pos[t]));

@@ -10,9 +10,9 @@
 
 namespace tinyloop::model {
 
-KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t window,
-                 ops::KvDType dtype, MemoryTracker* tracker, int64_t extra_slots,
-                 int64_t loop_slots, KvPoolPtr pool, int64_t first_pos, int64_t block_rows)
+KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t window, ops::KvDType dtype,
+                 MemoryTracker* tracker, int64_t extra_slots, int64_t loop_slots, KvPoolPtr pool, int64_t first_pos,
+                 int64_t block_rows)
     : layout_(c, loops, loop_slots),
       capacity_(capacity),
       // A window past 2^40 positions (any sequence's length) sees what 2^40 sees; clamped,
@@ -21,22 +21,20 @@ KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t 
       extra_slots_(extra_slots),
       block_(c, dtype,
              block_rows > 0 ? block_rows
-             : pool          ? pool->layout().rows
-                             : std::clamp<int64_t>(capacity, 1, kDefaultBlockRows)),
+             : pool         ? pool->layout().rows
+                            : std::clamp<int64_t>(capacity, 1, kDefaultBlockRows)),
       tracker_(tracker),
       pool_(std::move(pool)) {
   draw_.seed = c.init_state_seed;
   if (loops < 1) throw std::invalid_argument("loops must be >= 1, got " + std::to_string(loops));
   if (capacity < 1) throw std::invalid_argument("KV capacity must be >= 1");
   if (extra_slots < 0) throw std::invalid_argument("extra KV slots must be >= 0");
-  if (loop_slots < 0)
-    throw std::invalid_argument("kv_loop_slots must be >= 0, got " + std::to_string(loop_slots));
+  if (loop_slots < 0) throw std::invalid_argument("kv_loop_slots must be >= 0, got " + std::to_string(loop_slots));
   if (window < 0) throw std::invalid_argument("cache_window must be >= 0");
   // Slots: pre + groups x loop layers + post (+ extra), each term from the config and the
   // call's loops, so it is computed checked rather than trusted.
   const int64_t slots = checked_add(
-      checked_add(checked_add(layout_.n_pre, checked_mul(layout_.groups, layout_.n_loop, "KV loop slots"),
-                              "KV slots"),
+      checked_add(checked_add(layout_.n_pre, checked_mul(layout_.groups, layout_.n_loop, "KV loop slots"), "KV slots"),
                   layout_.n_post, "KV slots"),
       extra_slots_, "KV slots");
   // The table is [slots, ceil(capacity / rows)] entries: refuse sizes whose product wraps
@@ -140,8 +138,7 @@ int64_t KvCache::blocks_needed(int64_t end) const {
 
 void KvCache::reserve(int64_t end) {
   if (end > capacity_)
-    throw std::logic_error("KV reserve to " + std::to_string(end) + " past the capacity " +
-                           std::to_string(capacity_));
+    throw std::logic_error("KV reserve to " + std::to_string(end) + " past the capacity " + std::to_string(capacity_));
   if (end <= length_) return;
   const int64_t b0 = std::max(length_ / block_.rows, released_), b1 = (end - 1) / block_.rows;
   for (int64_t s = 0; s < slot_count(); ++s)
@@ -174,8 +171,7 @@ void KvCache::advance(int64_t n) {
 
 void KvCache::truncate(int64_t new_length) {
   if (new_length < 0 || new_length > length_)
-    throw std::logic_error("KV truncate to " + std::to_string(new_length) + " of " +
-                           std::to_string(length_));
+    throw std::logic_error("KV truncate to " + std::to_string(new_length) + " of " + std::to_string(length_));
   if (window_ > 0 && new_length - window_ + 1 < first_kept() && new_length > 0)
     throw std::logic_error("KV truncate past the window's released blocks");
   length_ = new_length;
@@ -193,8 +189,7 @@ void KvCache::copy_row(int64_t src_slot, int64_t dst_slot, int64_t p) {
     const int64_t v = a * block_.v_off + row * block_.row_bytes;
     std::memcpy(dst + v, src + v, size_t(block_.row_bytes));
     if (block_.row_scales > 0) {
-      const int64_t sc = (a == 0 ? block_.ks_off : block_.vs_off) +
-                         row * block_.row_scales * int64_t(sizeof(float));
+      const int64_t sc = (a == 0 ? block_.ks_off : block_.vs_off) + row * block_.row_scales * int64_t(sizeof(float));
       std::memcpy(dst + sc, src + sc, size_t(block_.row_scales) * sizeof(float));
     }
   }
@@ -234,8 +229,8 @@ void KvCache::assign_from(const KvCache& src) {
 }
 
 void KvCache::adopt_block(const KvCache& donor, int64_t b) {
-  if (layout_.shared() || donor.slot_count() != slot_count() || !(donor.block_ == block_) ||
-      donor.window_ != window_ || b < 0 || b >= std::min(n_blocks_, donor.n_blocks_))
+  if (layout_.shared() || donor.slot_count() != slot_count() || !(donor.block_ == block_) || donor.window_ != window_ ||
+      b < 0 || b >= std::min(n_blocks_, donor.n_blocks_))
     throw std::logic_error("adopt_block: the donor does not match this cache");
   if (length_ != b * block_.rows) throw std::logic_error("adopt_block: blocks must be adopted in order");
   for (int64_t s = 0; s < slot_count(); ++s)
@@ -276,8 +271,7 @@ void KvCache::share_prefix(const KvCache& prefix) {
   draw_ = prefix.draw_;
 }
 
-void KvCache::write(int64_t slot, const float* k_rows, const float* v_rows, const int64_t* pos,
-                    int64_t T) {
+void KvCache::write(int64_t slot, const float* k_rows, const float* v_rows, const int64_t* pos, int64_t T) {
   if (ops::is_store_h(block_.dtype))
     throw std::invalid_argument(
         "store-h kv_mode (h_fp16, h_int8, h_int4) keeps h, not K/V rows: this feature "

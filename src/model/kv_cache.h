@@ -52,7 +52,7 @@ struct SlotLayout {
   int64_t post(int64_t k) const { return n_pre + groups * n_loop + k; }
   int64_t count() const { return n_pre + groups * n_loop + n_post; }
   int64_t of(const LayerApp& a) const {
-    return a.kind == LayerApp::Kind::Pre ? pre(a.index)
+    return a.kind == LayerApp::Kind::Pre    ? pre(a.index)
            : a.kind == LayerApp::Kind::Loop ? loop(a.iteration, a.index)
                                             : post(a.index);
   }
@@ -95,10 +95,9 @@ class KvCache {
   // block_rows: positions per block (the pool's, when given); 0 = kDefaultBlockRows, or the
   // capacity when that is smaller (a short private cache wastes no rows). Caches that share
   // blocks must use the same size.
-  KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t window,
-          ops::KvDType dtype, MemoryTracker* tracker, int64_t extra_slots = 0,
-          int64_t loop_slots = 0, KvPoolPtr pool = nullptr, int64_t first_pos = 0,
-          int64_t block_rows = 0);
+  KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t window, ops::KvDType dtype,
+          MemoryTracker* tracker, int64_t extra_slots = 0, int64_t loop_slots = 0, KvPoolPtr pool = nullptr,
+          int64_t first_pos = 0, int64_t block_rows = 0);
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
@@ -131,8 +130,7 @@ class KvCache {
   void copy_row(int64_t src_slot, int64_t dst_slot, int64_t p);
   // Write k_rows/v_rows [T, n_kv_heads, head_dim] for absolute positions pos[T] (< capacity)
   // into a slot in this cache's dtype (blocks allocated or copied as needed).
-  void write(int64_t slot, const float* k_rows, const float* v_rows, const int64_t* pos,
-             int64_t T);
+  void write(int64_t slot, const float* k_rows, const float* v_rows, const int64_t* pos, int64_t T);
 
   // Paging. New blocks (fresh or copies of shared ones) that writing positions
   // length() .. end - 1 in every slot needs.
@@ -191,7 +189,7 @@ class KvCache {
  private:
   struct Ref {
     KvPool* pool = nullptr;  // kept alive by pool_ or held_
-    int32_t id = -1;         // -1: no block
+    int32_t id = -1;  // -1: no block
   };
   // Block b of slot s present and held by this cache alone (allocated or copied).
   void make_writable(int64_t s, int64_t b);
@@ -208,15 +206,15 @@ class KvCache {
   int64_t extra_slots_ = 0;
   KvBlockLayout block_;
   MemoryTracker* tracker_;
-  KvPoolPtr pool_;                   // new blocks come from here
-  bool private_pool_ = false;        // pool_ was made for this cache alone
-  std::vector<KvPoolPtr> held_;      // other pools whose blocks this cache shares
-  int64_t n_blocks_ = 0;             // table entries per slot: ceil(capacity / block_rows)
-  std::vector<Ref> refs_;            // [slots, n_blocks_]
+  KvPoolPtr pool_;  // new blocks come from here
+  bool private_pool_ = false;  // pool_ was made for this cache alone
+  std::vector<KvPoolPtr> held_;  // other pools whose blocks this cache shares
+  int64_t n_blocks_ = 0;  // table entries per slot: ceil(capacity / block_rows)
+  std::vector<Ref> refs_;  // [slots, n_blocks_]
   std::vector<ops::KvBlock> table_;  // [slots, n_blocks_] the blocks' addresses (null: none)
   StateDraw draw_;
   int64_t length_ = 0;
-  int64_t released_ = 0;             // blocks 0 .. released_ - 1 of every slot dropped
+  int64_t released_ = 0;  // blocks 0 .. released_ - 1 of every slot dropped
 };
 
 }  // namespace tinyloop::model

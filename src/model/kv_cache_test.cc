@@ -84,8 +84,7 @@ TEST(KvCache, Int8WriteViewAndCopyRowCarryScales) {
   const ops::KvBlock b = kv.view(dst).block_of(pos, &row);
   EXPECT_EQ(b.k_scale[4], a.k_scale[4]);
   EXPECT_EQ(b.v_scale[5], a.v_scale[5]);
-  EXPECT_EQ(0, std::memcmp(static_cast<const int8_t*>(b.k) + 2 * 10,
-                           static_cast<const int8_t*>(a.k) + 2 * 10, 10));
+  EXPECT_EQ(0, std::memcmp(static_cast<const int8_t*>(b.k) + 2 * 10, static_cast<const int8_t*>(a.k) + 2 * 10, 10));
   kv.copy_row(src, src, pos);  // same slot (shared group): a no-op, not an overlapping copy
   auto clone = kv.clone();
   EXPECT_EQ(clone->view(dst).block_of(pos, &row).v_scale[5], a.v_scale[5]);
@@ -212,7 +211,7 @@ TEST(KvCache, WindowReleasesOldBlocks) {
   const int64_t per_slot = (W + KvCache::kWindowSlack) / B + 2;
   EXPECT_LE(most, kv.slot_count() * per_slot);
   EXPECT_THROW(kv.truncate(100), std::logic_error);  // released long ago
-  kv.truncate(990);                                   // within the slack: fine
+  kv.truncate(990);  // within the slack: fine
 }
 
 // Store-h rows: every precision round-trips within half a quantization step on odd lengths
@@ -296,4 +295,3 @@ TEST(HugePages, AlignmentAndSizes) {
 
 }  // namespace
 }  // namespace tinyloop::model
-

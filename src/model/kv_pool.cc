@@ -22,8 +22,8 @@ KvBlockLayout::KvBlockLayout(const ModelConfig& c, ops::KvDType dt, int64_t rows
   } else {
     const int64_t elem = dtype == ops::KvDType::F32 ? 4 : dtype == ops::KvDType::F16 ? 2 : 1;
     areas = 2;
-    row_bytes = checked_mul<std::invalid_argument>(checked_mul(n_kv_heads, head_dim, "KV row width"), elem,
-                                                   "KV row bytes");
+    row_bytes =
+        checked_mul<std::invalid_argument>(checked_mul(n_kv_heads, head_dim, "KV row width"), elem, "KV row bytes");
     row_scales = dtype == ops::KvDType::I8 ? n_kv_heads : 0;
   }
   // Block sizes stay far below 2^62: rows and row_bytes are bounded by what a model file
@@ -39,9 +39,7 @@ KvBlockLayout::KvBlockLayout(const ModelConfig& c, ops::KvDType dt, int64_t rows
   bytes = ks_off + areas * scales;
 }
 
-int64_t KvBlockLayout::bytes_per_position() const {
-  return areas * (row_bytes + row_scales * int64_t(sizeof(float)));
-}
+int64_t KvBlockLayout::bytes_per_position() const { return areas * (row_bytes + row_scales * int64_t(sizeof(float))); }
 
 ops::KvBlock KvBlockLayout::at(uint8_t* base) const {
   ops::KvBlock b;
@@ -54,11 +52,9 @@ ops::KvBlock KvBlockLayout::at(uint8_t* base) const {
   return b;
 }
 
-KvPool::KvPool(const KvBlockLayout& layout, int64_t max_blocks, int64_t initial_blocks,
-               MemoryTracker* tracker)
+KvPool::KvPool(const KvBlockLayout& layout, int64_t max_blocks, int64_t initial_blocks, MemoryTracker* tracker)
     : layout_(layout), max_blocks_(max_blocks), tracker_(tracker) {
-  if (max_blocks < 0 || initial_blocks < 0)
-    throw std::invalid_argument("KV pool block counts must be >= 0");
+  if (max_blocks < 0 || initial_blocks < 0) throw std::invalid_argument("KV pool block counts must be >= 0");
   if (max_blocks > INT32_MAX) throw std::invalid_argument("KV pool of more than 2^31 blocks");
   if (max_blocks > 0 && initial_blocks > max_blocks) initial_blocks = max_blocks;
   std::lock_guard<std::mutex> lock(mu_);

@@ -35,11 +35,11 @@ inline constexpr int64_t kDefaultBlockRows = 32;
 struct KvBlockLayout {
   ops::KvDType dtype = ops::KvDType::F16;
   int64_t rows = 0, n_kv_heads = 0, head_dim = 0, dim = 0;
-  int64_t row_bytes = 0;   // one position's K (or V, or h) values
-  int64_t areas = 2;       // 2: K and V; 1: store-h (h only)
+  int64_t row_bytes = 0;  // one position's K (or V, or h) values
+  int64_t areas = 2;  // 2: K and V; 1: store-h (h only)
   int64_t row_scales = 0;  // float scales per row per area (I8: n_kv_heads; H8: 1; H4: groups)
   int64_t v_off = 0, ks_off = 0, vs_off = 0;  // byte offsets of V, K scales, V scales
-  int64_t bytes = 0;                          // the whole block, a multiple of 64
+  int64_t bytes = 0;  // the whole block, a multiple of 64
 
   KvBlockLayout() = default;
   // Throws std::invalid_argument for rows < 1 or a size that overflows.
@@ -49,8 +49,7 @@ struct KvBlockLayout {
   // The block whose first byte is `base`, as attention and kv_write address it.
   ops::KvBlock at(uint8_t* base) const;
   bool operator==(const KvBlockLayout& o) const {
-    return dtype == o.dtype && rows == o.rows && n_kv_heads == o.n_kv_heads &&
-           head_dim == o.head_dim && dim == o.dim;
+    return dtype == o.dtype && rows == o.rows && n_kv_heads == o.n_kv_heads && head_dim == o.head_dim && dim == o.dim;
   }
 };
 
@@ -66,8 +65,7 @@ class KvPool {
   // max_blocks > 0: a budget; allocate() throws KvPoolExhausted past it. 0: no bound, arenas
   // are added on demand. initial_blocks are allocated now (the budget's pool allocates all of
   // them at start, so serving never allocates). Arena bytes are reported to `tracker`.
-  KvPool(const KvBlockLayout& layout, int64_t max_blocks, int64_t initial_blocks,
-         MemoryTracker* tracker);
+  KvPool(const KvBlockLayout& layout, int64_t max_blocks, int64_t initial_blocks, MemoryTracker* tracker);
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
 
@@ -98,9 +96,9 @@ class KvPool {
   mutable std::mutex mu_;
   std::vector<HugeBytes> arenas_;
   std::vector<TrackedBytes> tracked_;
-  std::vector<uint8_t*> base_;    // [blocks] first byte of each block
-  std::vector<int32_t> refs_;     // [blocks] holders, 0 = free
-  std::vector<int32_t> free_;     // ids of free blocks (a stack: recently freed reused first)
+  std::vector<uint8_t*> base_;  // [blocks] first byte of each block
+  std::vector<int32_t> refs_;  // [blocks] holders, 0 = free
+  std::vector<int32_t> free_;  // ids of free blocks (a stack: recently freed reused first)
   int64_t used_ = 0;
 };
 

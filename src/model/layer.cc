@@ -6,20 +6,16 @@
 #include <stdexcept>
 #include <vector>
 
-
 namespace tinyloop::model {
 namespace {
 
 int64_t q_width(const ModelConfig& c) { return c.n_heads * c.head_dim; }
 int64_t kv_width(const ModelConfig& c) { return c.n_kv_heads * c.head_dim; }
 
-void linear(const Linear& l, const float* x, int64_t T, float* y) {
-  ops::matmul(x, T, l.w, l.bias, y);
-}
+void linear(const Linear& l, const float* x, int64_t T, float* y) { ops::matmul(x, T, l.w, l.bias, y); }
 
 // q/k/v [T, *] from the normed input, fused or split.
-void project_qkv(const ModelConfig& c, const LayerWeights& L, const float* x, int64_t T,
-                 Workspace& ws) {
+void project_qkv(const ModelConfig& c, const LayerWeights& L, const float* x, int64_t T, Workspace& ws) {
   const int64_t qw = q_width(c), kw = kv_width(c);
   if (!c.qkv_fused) {
     linear(L.wq, x, T, ws.q.data());
@@ -39,8 +35,7 @@ void project_qkv(const ModelConfig& c, const LayerWeights& L, const float* x, in
 
 void rope_rows(const ModelConfig& c, float* x, int64_t T, int64_t n_heads, const int64_t* pos) {
   if (!c.uses_rope()) return;
-  const auto layout = c.pos_encoding == PosEncoding::RopeHalf ? ops::RopeLayout::Half
-                                                               : ops::RopeLayout::Interleaved;
+  const auto layout = c.pos_encoding == PosEncoding::RopeHalf ? ops::RopeLayout::Half : ops::RopeLayout::Interleaved;
   ops::rope(x, T, n_heads, c.head_dim, pos, static_cast<float>(c.rope_theta), layout);
 }
 
@@ -59,9 +54,8 @@ void position_qk(const ModelConfig& c, float* x, int64_t T, int64_t n_heads, con
 // slot. The new tokens' K/V are rebuilt from their stored rows too, so a row's K/V never
 // depend on which forward wrote it (cached == uncached, bit for bit).
 //   x [T, D] normed input, q [T, n_heads * head_dim] (roped), out [T, n_heads * head_dim]
-void attend_store_h(const ModelConfig& c, const LayerWeights& L, int64_t slot, const float* x,
-                    const float* q, const int64_t* pos, int64_t T, KvCache& kv, int64_t* k_lo,
-                    float* out) {
+void attend_store_h(const ModelConfig& c, const LayerWeights& L, int64_t slot, const float* x, const float* q,
+                    const int64_t* pos, int64_t T, KvCache& kv, int64_t* k_lo, float* out) {
   kv.write_h(slot, x, pos, T);
   int64_t lo = pos[0], hi = pos[0];
   for (int64_t t = 0; t < T; ++t) {
@@ -103,8 +97,7 @@ void attend_store_h(const ModelConfig& c, const LayerWeights& L, int64_t slot, c
 
 // v[t] += 2 sigmoid(value_gate . x[t, :kValueGateDim]) * value_embed[token t], per kv head
 // (Parcae's value embedding). x [T, D] normed input, v [T, KVH hd].
-void add_value_embedding(const ModelConfig& c, const LayerWeights& L, const float* x,
-                         const RowBatch& b, float* v) {
+void add_value_embedding(const ModelConfig& c, const LayerWeights& L, const float* x, const RowBatch& b, float* v) {
   if (!b.tokens) throw std::logic_error("a layer with a value embedding needs its rows' token ids");
   const int64_t KVH = c.n_kv_heads, hd = c.head_dim, kw = kv_width(c);
   std::vector<float> gate_w(static_cast<size_t>(KVH * kValueGateDim));  // [KVH, 32] as float
@@ -124,8 +117,8 @@ void add_value_embedding(const ModelConfig& c, const LayerWeights& L, const floa
 }
 
 // ws.proj[T, D] = attention sublayer output (before the residual) of normed input x.
-void attention_sublayer(const ModelConfig& c, const LayerWeights& L, const LayerApp& app,
-                        const float* x, const RowBatch& b, Workspace& ws) {
+void attention_sublayer(const ModelConfig& c, const LayerWeights& L, const LayerApp& app, const float* x,
+                        const RowBatch& b, Workspace& ws) {
   const int64_t T = b.T, qw = q_width(c), kw = kv_width(c);
   project_qkv(c, L, x, T, ws);
   if (L.value_embed.data) {
@@ -139,16 +132,14 @@ void attention_sublayer(const ModelConfig& c, const LayerWeights& L, const Layer
     if (b.groups.size() != 1) throw std::logic_error("an attention router serves one sequence");
     KvCache& kv = b.only();
     if (ops::is_store_h(kv.dtype()))
-      throw std::invalid_argument(
-          "store-h kv_mode (h_fp16, h_int8, h_int4) does not support speculative decoding yet");
+      throw std::invalid_argument("store-h kv_mode (h_fp16, h_int8, h_int4) does not support speculative decoding yet");
     position_qk(c, ws.k.data(), T, c.n_kv_heads, b.pos);
-    ws.router->attend(c, kv.layout().of(app), ws.q.data(), ws.k.data(), ws.v.data(), b.pos, T,
-                      kv, ws.k_lo.data(), ws.attn.data());
+    ws.router->attend(c, kv.layout().of(app), ws.q.data(), ws.k.data(), ws.v.data(), b.pos, T, kv, ws.k_lo.data(),
+                      ws.attn.data());
   } else if (ops::is_store_h(b.groups.front().kv->dtype())) {
     for (const RowGroup& g : b.groups)
-      attend_store_h(c, L, g.kv->layout().of(app), x + g.begin * c.dim, ws.q.data() + g.begin * qw,
-                     b.pos + g.begin, g.rows, *g.kv, ws.k_lo.data() + g.begin,
-                     ws.attn.data() + g.begin * qw);
+      attend_store_h(c, L, g.kv->layout().of(app), x + g.begin * c.dim, ws.q.data() + g.begin * qw, b.pos + g.begin,
+                     g.rows, *g.kv, ws.k_lo.data() + g.begin, ws.attn.data() + g.begin * qw);
   } else {
     position_qk(c, ws.k.data(), T, c.n_kv_heads, b.pos);
     // Each sequence's rows into its own slot, then one attention call over every sequence.
@@ -160,16 +151,15 @@ void attention_sublayer(const ModelConfig& c, const LayerWeights& L, const Layer
       for (int64_t t = g.begin; t < g.begin + g.rows; ++t) ws.k_lo[t] = g.kv->first_visible(b.pos[t]);
       views[i] = {g.kv->view(slot), g.begin, g.rows};
     }
-    ops::attention_batch(ws.q.data(), T, c.n_heads, views.data(), int64_t(views.size()), b.pos,
-                         ws.k_lo.data(), ws.attn.data());
+    ops::attention_batch(ws.q.data(), T, c.n_heads, views.data(), int64_t(views.size()), b.pos, ws.k_lo.data(),
+                         ws.attn.data());
   }
   linear(L.wo, ws.attn.data(), T, ws.proj.data());
 }
 
 // ws.proj[T, D] = MLP sublayer output (before the residual) of normed input x:
 //   swiglu: down(silu(gate x) * up x)   gelu*: down(gelu(up x))   relu2: down(max(up x, 0)^2)
-void mlp_sublayer(const ModelConfig& c, const LayerWeights& L, const float* x, int64_t T,
-                  Workspace& ws) {
+void mlp_sublayer(const ModelConfig& c, const LayerWeights& L, const float* x, int64_t T, Workspace& ws) {
   const int64_t n = T * c.ffn_dim;
   linear(L.w_up, x, T, ws.up.data());
   if (c.mlp == MlpType::SwiGLU) {
@@ -188,9 +178,7 @@ void mlp_sublayer(const ModelConfig& c, const LayerWeights& L, const float* x, i
 void residual(const ModelConfig& c, const NormWeights& post, float* h, int64_t T, Workspace& ws) {
   const int64_t n = T * c.dim;
   switch (c.norm_placement) {
-    case NormPlacement::Pre:
-      ops::add(h, ws.proj.data(), n, h);
-      break;
+    case NormPlacement::Pre: ops::add(h, ws.proj.data(), n, h); break;
     case NormPlacement::HuginnSandwich:
       ops::add(h, ws.proj.data(), n, h);
       apply_norm(c, post, h, T, h);
@@ -234,9 +222,8 @@ KvCache& RowBatch::only() const {
   return *groups.front().kv;
 }
 
-void attend_causal(const ModelConfig& c, int64_t slot, const float* q, const float* k,
-                   const float* v, const int64_t* pos, int64_t T, KvCache& kv, int64_t* k_lo,
-                   float* out) {
+void attend_causal(const ModelConfig& c, int64_t slot, const float* q, const float* k, const float* v,
+                   const int64_t* pos, int64_t T, KvCache& kv, int64_t* k_lo, float* out) {
   kv.write(slot, k, v, pos, T);
   for (int64_t t = 0; t < T; ++t) k_lo[t] = kv.first_visible(pos[t]);
   ops::attention(q, T, c.n_heads, kv.view(slot), pos, k_lo, out);
@@ -244,14 +231,12 @@ void attend_causal(const ModelConfig& c, int64_t slot, const float* q, const flo
 
 void apply_norm(const ModelConfig& c, const NormWeights& n, const float* x, int64_t T, float* y) {
   const float eps = static_cast<float>(c.norm_eps);
-  if (c.norm_type == NormType::RMSNorm)
-    ops::rmsnorm(x, T, c.dim, n.w, eps, y);
-  else
-    ops::layernorm(x, T, c.dim, n.w, n.b, eps, y);
+  if (c.norm_type == NormType::RMSNorm) ops::rmsnorm(x, T, c.dim, n.w, eps, y);
+  else ops::layernorm(x, T, c.dim, n.w, n.b, eps, y);
 }
 
-void run_layer(const ModelConfig& c, const LayerWeights& L, const LayerApp& app, float* h,
-               const RowBatch& rows, Workspace& ws) {
+void run_layer(const ModelConfig& c, const LayerWeights& L, const LayerApp& app, float* h, const RowBatch& rows,
+               Workspace& ws) {
   const int64_t T = rows.T;
   apply_norm(c, L.attn_norm, h, T, ws.normed.data());
   attention_sublayer(c, L, app, ws.normed.data(), rows, ws);

@@ -23,16 +23,14 @@ class AttentionRouter {
   virtual ~AttentionRouter() = default;
   //   q [T, H hd] and k [T, KVH hd] with RoPE applied, v [T, KVH hd], k_lo [T] scratch,
   //   out [T, H hd] the attention output before wo.
-  virtual void attend(const ModelConfig& c, int64_t slot, const float* q, const float* k,
-                      const float* v, const int64_t* pos, int64_t T, KvCache& kv, int64_t* k_lo,
-                      float* out) = 0;
+  virtual void attend(const ModelConfig& c, int64_t slot, const float* q, const float* k, const float* v,
+                      const int64_t* pos, int64_t T, KvCache& kv, int64_t* k_lo, float* out) = 0;
 };
 
 // The default attention step: k/v rows [T, KVH hd] written at pos[t] of `slot`, then causal
 // attention of q [T, H hd] over each query's cache window into out [T, H hd].
-void attend_causal(const ModelConfig& c, int64_t slot, const float* q, const float* k,
-                   const float* v, const int64_t* pos, int64_t T, KvCache& kv, int64_t* k_lo,
-                   float* out);
+void attend_causal(const ModelConfig& c, int64_t slot, const float* q, const float* k, const float* v,
+                   const int64_t* pos, int64_t T, KvCache& kv, int64_t* k_lo, float* out);
 
 // The rows of one forward call grouped by sequence: rows [begin, begin + rows) of every
 // [T, *] buffer belong to the sequence whose cache is kv, at absolute positions pos[begin ..].
@@ -56,17 +54,17 @@ struct RowBatch {
 
 // Scratch buffers of one forward call, sized for T rows (grown on demand, never shrunk).
 struct Workspace {
-  std::vector<float> normed;   // [T, D]
-  std::vector<float> qkv;      // [T, (H + 2 KVH) hd]   fused projection output
-  std::vector<float> q;        // [T, H hd]
-  std::vector<float> k;        // [T, KVH hd]
-  std::vector<float> v;        // [T, KVH hd]
-  std::vector<float> attn;     // [T, H hd]
-  std::vector<float> proj;     // [T, D]  output of wo / w_down / inject
-  std::vector<float> gate;     // [T, F]
-  std::vector<float> up;       // [T, F]
-  std::vector<float> concat;   // [T, 2D] inject input
-  std::vector<int64_t> k_lo;   // [T] first visible key position per query
+  std::vector<float> normed;  // [T, D]
+  std::vector<float> qkv;  // [T, (H + 2 KVH) hd]   fused projection output
+  std::vector<float> q;  // [T, H hd]
+  std::vector<float> k;  // [T, KVH hd]
+  std::vector<float> v;  // [T, KVH hd]
+  std::vector<float> attn;  // [T, H hd]
+  std::vector<float> proj;  // [T, D]  output of wo / w_down / inject
+  std::vector<float> gate;  // [T, F]
+  std::vector<float> up;  // [T, F]
+  std::vector<float> concat;  // [T, 2D] inject input
+  std::vector<int64_t> k_lo;  // [T] first visible key position per query
   AttentionRouter* router = nullptr;  // not owned; null = attend_causal
   void reserve(const ModelConfig& c, int64_t T);
   int64_t bytes() const;
@@ -77,7 +75,7 @@ void apply_norm(const ModelConfig& c, const NormWeights& n, const float* x, int6
 
 // h[T, D] <- layer(h) for the rows of `rows`; each group's K/V go to the slot its cache
 // assigns to application `app`. A router (ws.router) takes single-sequence batches only.
-void run_layer(const ModelConfig& c, const LayerWeights& L, const LayerApp& app, float* h,
-               const RowBatch& rows, Workspace& ws);
+void run_layer(const ModelConfig& c, const LayerWeights& L, const LayerApp& app, float* h, const RowBatch& rows,
+               Workspace& ws);
 
 }  // namespace tinyloop::model

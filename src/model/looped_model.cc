@@ -24,8 +24,7 @@ LoopedModel::LoopedModel(std::shared_ptr<const ModelFile> file, bool q8act, bool
   }
 }
 
-void LoopedModel::prelude(const int32_t* tokens, const RowBatch& b, Workspace& ws, float* x,
-                          float* trace) const {
+void LoopedModel::prelude(const int32_t* tokens, const RowBatch& b, Workspace& ws, float* x, float* trace) const {
   const int64_t D = cfg_.dim, T = b.T;
   const float scale = static_cast<float>(cfg_.embed_scale);
   std::vector<float> row(cfg_.pos_encoding == PosEncoding::Learned ? D : 0);  // [D]
@@ -35,8 +34,7 @@ void LoopedModel::prelude(const int32_t* tokens, const RowBatch& b, Workspace& w
     for (int64_t i = 0; i < D; ++i) xt[i] *= scale;
     if (cfg_.pos_encoding == PosEncoding::Learned) {
       if (b.pos[t] >= w_.pos_emb.rows)
-        throw std::out_of_range("position " + std::to_string(b.pos[t]) +
-                                " beyond the learned position table (" +
+        throw std::out_of_range("position " + std::to_string(b.pos[t]) + " beyond the learned position table (" +
                                 std::to_string(w_.pos_emb.rows) + " rows)");
       ops::weight_row_to_f32(w_.pos_emb, b.pos[t], row.data());
       ops::add(xt, row.data(), D, xt);
@@ -55,12 +53,8 @@ void LoopedModel::prelude(const int32_t* tokens, const RowBatch& b, Workspace& w
 void LoopedModel::initial_state(const float* x, const RowBatch& b, float* s) const {
   const int64_t D = cfg_.dim, n = b.T * D;
   switch (cfg_.init_state) {
-    case InitState::Input:
-      std::memcpy(s, x, sizeof(float) * n);
-      break;
-    case InitState::Zeros:
-      std::fill(s, s + n, 0.0f);
-      break;
+    case InitState::Input: std::memcpy(s, x, sizeof(float) * n); break;
+    case InitState::Zeros: std::fill(s, s + n, 0.0f); break;
     case InitState::Random:
       for (const RowGroup& g : b.groups) {
         const StateDraw& d = g.kv->state_draw();
@@ -75,15 +69,11 @@ void LoopedModel::initial_state(const float* x, const RowBatch& b, float* s) con
   }
 }
 
-void LoopedModel::iteration(int64_t i, float* s, const float* x, const RowBatch& b,
-                            Workspace& ws) const {
+void LoopedModel::iteration(int64_t i, float* s, const float* x, const RowBatch& b, Workspace& ws) const {
   const int64_t D = cfg_.dim, T = b.T;
   switch (cfg_.inject) {
-    case Inject::None:
-      break;
-    case Inject::Add:
-      ops::add(s, x, T * D, s);
-      break;
+    case Inject::None: break;
+    case Inject::Add: ops::add(s, x, T * D, s); break;
     case Inject::LinearConcat: {
       float* cat = ws.concat.data();  // [T, 2D] = [s | x] per row
       for (int64_t t = 0; t < T; ++t) {
@@ -94,13 +84,12 @@ void LoopedModel::iteration(int64_t i, float* s, const float* x, const RowBatch&
       break;
     }
   }
-  for (int64_t j = 0; j < cfg_.n_loop_layers; ++j)
-    run_layer(cfg_, w_.loop[j], LayerApp::loop(i, j), s, b, ws);
+  for (int64_t j = 0; j < cfg_.n_loop_layers; ++j) run_layer(cfg_, w_.loop[j], LayerApp::loop(i, j), s, b, ws);
   if (cfg_.loop_norm) apply_norm(cfg_, w_.loop_norm, s, T, s);
 }
 
-void LoopedModel::readout(float* s, const RowBatch& b, Workspace& ws, const int64_t* out_rows,
-                          int64_t n_out, float* logits) const {
+void LoopedModel::readout(float* s, const RowBatch& b, Workspace& ws, const int64_t* out_rows, int64_t n_out,
+                          float* logits) const {
   const int64_t D = cfg_.dim, T = b.T;
   if (cfg_.post_loop_norm != PostLoopNorm::None) apply_norm(cfg_, w_.post_loop_norm, s, T, s);
   if (cfg_.post_loop_proj) {
@@ -115,8 +104,8 @@ void LoopedModel::readout(float* s, const RowBatch& b, Workspace& ws, const int6
   ops::matmul(normed, n_out, w_.head, nullptr, logits);
 }
 
-void LoopedModel::readout(float* s, const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws,
-                          LogitRows rows, float* logits, const int32_t* tokens) const {
+void LoopedModel::readout(float* s, const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws, LogitRows rows,
+                          float* logits, const int32_t* tokens) const {
   std::vector<int64_t> out(rows == LogitRows::All ? T : 1);  // [rows] which rows get logits
   for (size_t r = 0; r < out.size(); ++r) out[r] = rows == LogitRows::All ? int64_t(r) : T - 1;
   readout(s, RowBatch::one(kv, pos, T, tokens), ws, out.data(), int64_t(out.size()), logits);
@@ -125,13 +114,13 @@ void LoopedModel::readout(float* s, const int64_t* pos, int64_t T, KvCache& kv, 
 int64_t LoopedModel::max_chunk(const KvCache& kv, int64_t T) const {
   const int64_t end = kv.length() + T;
   if (end > kv.capacity())
-    throw std::logic_error("KV cache of capacity " + std::to_string(kv.capacity()) +
-                           " cannot hold position " + std::to_string(end - 1));
+    throw std::logic_error("KV cache of capacity " + std::to_string(kv.capacity()) + " cannot hold position " +
+                           std::to_string(end - 1));
   return kv.window() > 0 ? std::min(T, KvCache::kWindowSlack) : T;
 }
 
-void LoopedModel::forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRows rows,
-                          std::vector<float>& logits, int64_t loops) const {
+void LoopedModel::forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRows rows, std::vector<float>& logits,
+                          int64_t loops) const {
   if (T < 1) throw std::invalid_argument("forward needs at least one token");
   if (loops == 0) loops = kv.loops();
   if (loops < 1 || loops > kv.loops())
@@ -145,12 +134,12 @@ void LoopedModel::forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRo
     const int64_t n = max_chunk(kv, T - done);
     ws.reserve(cfg_, n);
     TrackedBytes ws_bytes(&memory_, ws.bytes() + 2 * n * D * int64_t(sizeof(float)));
-    std::vector<int64_t> pos(n);                      // [n] absolute positions
+    std::vector<int64_t> pos(n);  // [n] absolute positions
     for (int64_t t = 0; t < n; ++t) pos[t] = kv.length() + t;
-    std::vector<float> x(n * D), s(n * D);            // [n, D] loop input, loop state
+    std::vector<float> x(n * D), s(n * D);  // [n, D] loop input, loop state
     prelude(tokens + done, pos.data(), n, kv, ws, x.data());
     initial_state(x.data(), RowBatch::one(kv, pos.data(), n), s.data());
-    const int32_t* chunk = tokens + done;              // [n]
+    const int32_t* chunk = tokens + done;  // [n]
     for (int64_t i = 0; i < loops; ++i) iteration(i, s.data(), x.data(), pos.data(), n, kv, ws, chunk);
     const bool last_chunk = done + n == T;
     if (rows == LogitRows::All) {

@@ -29,8 +29,7 @@ class LoopedModel {
   // (TINYLOOP_EXPERIMENTAL_FP16_BODY, ops/matmul_bf16dot.h). For both the backend makes
   // copies of the weights in its kernels' layouts (ops/backend.h), counted in memory(). Both
   // fixed for the model's lifetime.
-  explicit LoopedModel(std::shared_ptr<const ModelFile> file, bool q8act = false,
-                       bool fp16_body = false);
+  explicit LoopedModel(std::shared_ptr<const ModelFile> file, bool q8act = false, bool fp16_body = false);
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
@@ -51,8 +50,7 @@ class LoopedModel {
   // when the config has one. Writes pre slots.
   // trace (optional, for score_trajectory): [1 + n_pre_blocks, T, D] receives the embedding,
   // then the output of each pre layer.
-  void prelude(const int32_t* tokens, const RowBatch& b, Workspace& ws, float* x,
-               float* trace = nullptr) const;
+  void prelude(const int32_t* tokens, const RowBatch& b, Workspace& ws, float* x, float* trace = nullptr) const;
   // s[T, D] = the loop's initial state for inputs x[T, D] at positions b.pos[T]; a random
   // state is drawn per group with its cache's StateDraw.
   void initial_state(const float* x, const RowBatch& b, float* s) const;
@@ -62,29 +60,28 @@ class LoopedModel {
   // From the loop state s[T, D] (clobbered): post-loop norm and projection, post blocks (writing the post
   // slots of every row), then final norm and head for rows out_rows[n_out] only:
   // logits[n_out, V].
-  void readout(float* s, const RowBatch& b, Workspace& ws, const int64_t* out_rows,
-               int64_t n_out, float* logits) const;
+  void readout(float* s, const RowBatch& b, Workspace& ws, const int64_t* out_rows, int64_t n_out, float* logits) const;
 
   // The same steps for T rows of one sequence (positions pos[T] of kv). tokens [T]: the
   // rows' ids, which layers with a value embedding need in every step (null without them).
-  void prelude(const int32_t* tokens, const int64_t* pos, int64_t T, KvCache& kv,
-               Workspace& ws, float* x, float* trace = nullptr) const {
+  void prelude(const int32_t* tokens, const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws, float* x,
+               float* trace = nullptr) const {
     prelude(tokens, RowBatch::one(kv, pos, T, tokens), ws, x, trace);
   }
-  void iteration(int64_t i, float* s, const float* x, const int64_t* pos, int64_t T,
-                 KvCache& kv, Workspace& ws, const int32_t* tokens = nullptr) const {
+  void iteration(int64_t i, float* s, const float* x, const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws,
+                 const int32_t* tokens = nullptr) const {
     iteration(i, s, x, RowBatch::one(kv, pos, T, tokens), ws);
   }
   // logits[rows, V], rows = 1 (Last) or T (All).
-  void readout(float* s, const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws,
-               LogitRows rows, float* logits, const int32_t* tokens = nullptr) const;
+  void readout(float* s, const int64_t* pos, int64_t T, KvCache& kv, Workspace& ws, LogitRows rows, float* logits,
+               const int32_t* tokens = nullptr) const;
 
   // The whole forward of T new tokens appended to the sequence in kv (positions
   // kv.length() ..), at `loops` iterations (<= kv.loops(), the iterations kv has slots for;
   // 0 = kv.loops()). Advances kv. logits: [1 or T, V].
   // With a window, long inputs go in chunks of KvCache::kWindowSlack (bounded memory).
-  void forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRows rows,
-               std::vector<float>& logits, int64_t loops = 0) const;
+  void forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRows rows, std::vector<float>& logits,
+               int64_t loops = 0) const;
 
   // The largest T one forward step takes on kv: the whole input, or with a window
   // KvCache::kWindowSlack rows, so a windowed cache never holds much more than its window.
@@ -97,8 +94,8 @@ class LoopedModel {
   ModelWeights w_;
   mutable MemoryTracker memory_;
   ops::WeightCopies bf16_copies_;  // the views of w_ point into these
-  TrackedBytes bf16_tracked_;      // their bytes, in memory_
-  ops::WeightCopies q8_copies_;    // likewise, the packed layout of q8 weights
+  TrackedBytes bf16_tracked_;  // their bytes, in memory_
+  ops::WeightCopies q8_copies_;  // likewise, the packed layout of q8 weights
   TrackedBytes q8_tracked_;
 };
 

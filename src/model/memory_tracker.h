@@ -12,8 +12,7 @@ struct MemoryTracker {
   void add(int64_t n) {
     int64_t now = live_bytes.fetch_add(n) + n;
     int64_t peak = peak_bytes.load();
-    while (now > peak && !peak_bytes.compare_exchange_weak(peak, now)) {
-    }
+    while (now > peak && !peak_bytes.compare_exchange_weak(peak, now)) {}
   }
   void sub(int64_t n) { live_bytes.fetch_sub(n); }
 };

@@ -7,8 +7,7 @@
 
 namespace tinyloop::model {
 
-SpecAttention::SpecAttention(const ModelConfig& c, const KvCache& kv, int64_t branches,
-                             int64_t depth)
+SpecAttention::SpecAttention(const ModelConfig& c, const KvCache& kv, int64_t branches, int64_t depth)
     : post0_(kv.layout().post(0)),
       n_post_(kv.layout().n_post),
       extra0_(kv.layout().count()),
@@ -30,8 +29,7 @@ int64_t SpecAttention::bytes() const {
 
 int64_t SpecAttention::route(int64_t slot) const {
   if (!draft_readout_ || slot < post0_ || slot >= post0_ + n_post_) return slot;
-  if (extra0_ + n_post_ > slots_)
-    throw std::logic_error("draft readout needs n_post_blocks extra KV slots");
+  if (extra0_ + n_post_ > slots_) throw std::logic_error("draft readout needs n_post_blocks extra KV slots");
   return extra0_ + (slot - post0_);
 }
 
@@ -44,23 +42,21 @@ void SpecAttention::begin_tree(int64_t base) {
 void SpecAttention::set_rows(int64_t n_linear, std::vector<int64_t> nodes) {
   for (int64_t n : nodes)
     if (n < 0 || n >= nodes_)
-      throw std::logic_error("tree node " + std::to_string(n) + " outside the tree of " +
-                             std::to_string(nodes_) + " nodes");
+      throw std::logic_error("tree node " + std::to_string(n) + " outside the tree of " + std::to_string(nodes_) +
+                             " nodes");
   n_linear_ = n_linear;
   row_nodes_ = std::move(nodes);
   if (n_linear_ < 0 && !row_nodes_.empty()) throw std::logic_error("tree rows need a linear count");
 }
 
-void SpecAttention::attend(const ModelConfig& c, int64_t slot, const float* q, const float* k,
-                           const float* v, const int64_t* pos, int64_t T, KvCache& kv,
-                           int64_t* k_lo, float* out) {
+void SpecAttention::attend(const ModelConfig& c, int64_t slot, const float* q, const float* k, const float* v,
+                           const int64_t* pos, int64_t T, KvCache& kv, int64_t* k_lo, float* out) {
   const int64_t s = route(slot);
   const int64_t n_nodes = static_cast<int64_t>(row_nodes_.size());
   const int64_t n_linear = n_linear_ < 0 ? T : n_linear_;
   if (n_linear + n_nodes != T)
-    throw std::logic_error("SpecAttention: " + std::to_string(T) + " rows, but " +
-                           std::to_string(n_linear) + " linear + " + std::to_string(n_nodes) +
-                           " tree rows were set");
+    throw std::logic_error("SpecAttention: " + std::to_string(T) + " rows, but " + std::to_string(n_linear) +
+                           " linear + " + std::to_string(n_nodes) + " tree rows were set");
   // Linear rows first: in every call they come before the nodes (the root precedes them).
   if (n_linear > 0) attend_causal(c, s, q, k, v, pos, n_linear, kv, k_lo, out);
   if (n_nodes == 0) return;
@@ -69,8 +65,7 @@ void SpecAttention::attend(const ModelConfig& c, int64_t slot, const float* q, c
   for (int64_t i = 0; i < n_nodes; ++i) {
     const int64_t t = n_linear + i, node = row_nodes_[i];
     if (pos[t] != base_ + node % depth_ + 1)
-      throw std::logic_error("tree node at position " + std::to_string(pos[t]) +
-                             " does not match its depth");
+      throw std::logic_error("tree node at position " + std::to_string(pos[t]) + " does not match its depth");
     std::memcpy(k_row(s, node), k + t * row_, sizeof(float) * row_);
     std::memcpy(v_row(s, node), v + t * row_, sizeof(float) * row_);
     stored_[s * nodes_ + node] = 1;
@@ -96,8 +91,7 @@ void SpecAttention::attend(const ModelConfig& c, int64_t slot, const float* q, c
 }
 
 void SpecAttention::commit(KvCache& kv, int64_t branch, int64_t m) const {
-  if (branch < 0 || branch >= branches_ || m < 0 || m > depth_)
-    throw std::logic_error("commit outside the tree");
+  if (branch < 0 || branch >= branches_ || m < 0 || m > depth_) throw std::logic_error("commit outside the tree");
   for (int64_t s = 0; s < slots_; ++s) {
     int64_t n = 0;  // stored prefix of the path in this slot
     while (n < m && stored_[s * nodes_ + branch * depth_ + n]) ++n;

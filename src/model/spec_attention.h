@@ -46,9 +46,8 @@ class SpecAttention : public AttentionRouter {
   // were stored this tree (a node whose draft readout never ran has no extra-slot rows).
   void commit(KvCache& kv, int64_t branch, int64_t m) const;
 
-  void attend(const ModelConfig& c, int64_t slot, const float* q, const float* k,
-              const float* v, const int64_t* pos, int64_t T, KvCache& kv, int64_t* k_lo,
-              float* out) override;
+  void attend(const ModelConfig& c, int64_t slot, const float* q, const float* k, const float* v, const int64_t* pos,
+              int64_t T, KvCache& kv, int64_t* k_lo, float* out) override;
 
   int64_t bytes() const;
 
@@ -61,11 +60,11 @@ class SpecAttention : public AttentionRouter {
   int64_t slots_, branches_, depth_, nodes_, row_;
   int64_t base_ = 0;
   bool draft_readout_ = false;
-  int64_t n_linear_ = -1;           // -1: every row of a call is linear
+  int64_t n_linear_ = -1;  // -1: every row of a call is linear
   std::vector<int64_t> row_nodes_;  // [rows after the linear ones] node id per row
-  std::vector<float> k_, v_;        // [slots, nodes, KVH hd] node K/V rows (float)
-  std::vector<uint8_t> stored_;     // [slots, nodes] 1 once the row was computed this tree
-  std::vector<int64_t> path_pos_;   // [depth] base + 1 .. base + depth
+  std::vector<float> k_, v_;  // [slots, nodes, KVH hd] node K/V rows (float)
+  std::vector<uint8_t> stored_;  // [slots, nodes] 1 once the row was computed this tree
+  std::vector<int64_t> path_pos_;  // [depth] base + 1 .. base + depth
 };
 
 }  // namespace tinyloop::model

@@ -5,8 +5,8 @@
 
 namespace tinyloop::model {
 
-SpecForward::SpecForward(const LoopedModel& m, KvCache& kv, int64_t draft_loops,
-                         int64_t verify_loops, int64_t branches, int64_t depth)
+SpecForward::SpecForward(const LoopedModel& m, KvCache& kv, int64_t draft_loops, int64_t verify_loops, int64_t branches,
+                         int64_t depth)
     : m_(m), kv_(kv), d_(draft_loops), L_(verify_loops), router_(m.config(), kv, branches, depth) {
   if (d_ < 1 || d_ > L_ || L_ > kv.loops())
     throw std::logic_error("SpecForward: need 1 <= draft_loops <= verify_loops <= cache loops");
@@ -23,8 +23,7 @@ SpecForward::SpecForward(const LoopedModel& m, KvCache& kv, int64_t draft_loops,
 void SpecForward::reserve(int64_t T) {
   const int64_t before = ws_.bytes();
   ws_.reserve(m_.config(), T);
-  if (ws_.bytes() != before)
-    tracked_ = TrackedBytes(&m_.memory(), ws_.bytes() + router_.bytes());
+  if (ws_.bytes() != before) tracked_ = TrackedBytes(&m_.memory(), ws_.bytes() + router_.bytes());
 }
 
 void SpecForward::prefill(const int32_t* tokens, int64_t n) {
@@ -52,8 +51,7 @@ void SpecForward::prefill(const int32_t* tokens, int64_t n) {
   }
 }
 
-void SpecForward::draft_prefix(const int32_t* tokens, const int64_t* pos, int64_t T, float* x,
-                               float* s) {
+void SpecForward::draft_prefix(const int32_t* tokens, const int64_t* pos, int64_t T, float* x, float* s) {
   reserve(T);
   m_.prelude(tokens, pos, T, kv_, ws_, x);
   m_.initial_state(x, RowBatch::one(kv_, pos, T), s);

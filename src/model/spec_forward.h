@@ -18,8 +18,8 @@ class SpecForward {
  public:
   // kv: slots for verify_loops iterations plus n_post_blocks extra slots (draft readout).
   // branches x depth: the largest draft tree (0 x 0 for chains).
-  SpecForward(const LoopedModel& m, KvCache& kv, int64_t draft_loops, int64_t verify_loops,
-              int64_t branches, int64_t depth);
+  SpecForward(const LoopedModel& m, KvCache& kv, int64_t draft_loops, int64_t verify_loops, int64_t branches,
+              int64_t depth);
 
   KvCache& kv() { return kv_; }
   SpecAttention& router() { return router_; }
@@ -33,8 +33,7 @@ class SpecForward {
   void verify_rest(float* s, const float* x, const int64_t* pos, int64_t T);
   // logits [1 or T, V] of the loop state s [T, D] (clobbered), the draft's (post-block K/V
   // to the extra slots) or the verifier's.
-  void readout(float* s, const int64_t* pos, int64_t T, bool draft, LogitRows rows,
-               std::vector<float>& logits);
+  void readout(float* s, const int64_t* pos, int64_t T, bool draft, LogitRows rows, std::vector<float>& logits);
 
  private:
   void reserve(int64_t T);

@@ -23,8 +23,9 @@ DType compute_dtype(const TensorInfo& t) {
     case StoredDType::BF16: return DType::BF16;
     case StoredDType::I8: return DType::I8;
     case StoredDType::U8: return DType::U4;  // int4, two columns a byte
-    default: throw FormatError("tensor '" + t.name + "': dtype " + t.dtype_name +
-                               " cannot be computed with (F32, F16, BF16, I8 or U8 expected)");
+    default:
+      throw FormatError("tensor '" + t.name + "': dtype " + t.dtype_name +
+                        " cannot be computed with (F32, F16, BF16, I8 or U8 expected)");
   }
 }
 

@@ -25,30 +25,30 @@ struct Linear {
 
 // One transformer layer (used for pre, loop and post layers alike).
 struct LayerWeights {
-  NormWeights attn_norm;       // n1
+  NormWeights attn_norm;  // n1
   NormWeights attn_post_norm;  // n2 (sandwich placements only)
-  NormWeights mlp_norm;        // n3
-  NormWeights mlp_post_norm;   // n4 (sandwich placements only)
-  Linear wqkv;                 // [(H + 2 KVH) hd, D] when qkv_fused
-  Linear wq, wk, wv;           // [H hd, D], [KVH hd, D], [KVH hd, D] otherwise
-  Linear wo;                   // [D, H hd]
-  ops::WeightView value_embed; // [V, KVH hd] (value_embed_layers only; data null otherwise)
+  NormWeights mlp_norm;  // n3
+  NormWeights mlp_post_norm;  // n4 (sandwich placements only)
+  Linear wqkv;  // [(H + 2 KVH) hd, D] when qkv_fused
+  Linear wq, wk, wv;  // [H hd, D], [KVH hd, D], [KVH hd, D] otherwise
+  Linear wo;  // [D, H hd]
+  ops::WeightView value_embed;  // [V, KVH hd] (value_embed_layers only; data null otherwise)
   ops::WeightView value_gate;  // [KVH, kValueGateDim]
-  Linear w_gate;               // [F, D] (swiglu)
-  Linear w_up;                 // [F, D]
-  Linear w_down;               // [D, F]
+  Linear w_gate;  // [F, D] (swiglu)
+  Linear w_up;  // [F, D]
+  Linear w_down;  // [D, F]
 };
 
 struct ModelWeights {
-  ops::WeightView embed;       // [V, D]
-  ops::WeightView pos_emb;     // [max_seq_len, D] (learned positions)
-  Linear inject;               // [D, 2D] (linear_concat)
+  ops::WeightView embed;  // [V, D]
+  ops::WeightView pos_emb;  // [max_seq_len, D] (learned positions)
+  Linear inject;  // [D, 2D] (linear_concat)
   std::vector<LayerWeights> pre, loop, post;
   NormWeights prelude_norm, loop_norm, post_loop_norm, final_norm;
-  Linear post_loop_proj;       // [D, D] (post_loop_proj)
-  ops::WeightView head;        // [V, D] (embed when tied)
-  Linear exit_gate;            // [1, D] + bias [1]
-  uint64_t bytes = 0;          // total bytes of all tensors of the file
+  Linear post_loop_proj;  // [D, D] (post_loop_proj)
+  ops::WeightView head;  // [V, D] (embed when tied)
+  Linear exit_gate;  // [1, D] + bias [1]
+  uint64_t bytes = 0;  // total bytes of all tensors of the file
 };
 
 // Binds every tensor the config needs (the ModelFile has already checked names, shapes and

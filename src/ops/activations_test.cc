@@ -45,9 +45,8 @@ TEST(Activations, GeluErfAndTanh) {
     gelu(x.data(), kN, approx);
     for (int64_t i = 0; i < kN; ++i) {
       const double v = x0[i];
-      const double ref =
-          approx ? 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)))
-                 : 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+      const double ref = approx ? 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)))
+                                : 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
       // 1 + erf / 1 + tanh cancels for negative v (erf -> -1): the float erf/tanh error,
       // a few u absolute on a value near 1, is then absolute, not relative, so it scales
       // with 0.5 |v|. |err| <= ~4u (|ref| + |v|); 8u for margin.

@@ -67,7 +67,7 @@ struct FloatRows {
 struct I8Rows {
   struct Row {
     const int8_t* x;  // [hd]
-    float scale;      // the row's dequantization scale
+    float scale;  // the row's dequantization scale
     float score(const float* qj, int64_t hd, float s) const {
       float acc = 0.f;
       for (int64_t i = 0; i < hd; ++i) acc += qj[i] * float(x[i]);
@@ -93,8 +93,8 @@ struct I8Rows {
 
 // The reference loop over rows t0 .. t0 + T - 1 of q / out, all reading slot kv.
 template <class Rows>
-void attend(const float* q, int64_t T, int64_t n_heads, const KvView& kv, const int64_t* q_pos,
-            const int64_t* k_lo, float* out) {
+void attend(const float* q, int64_t T, int64_t n_heads, const KvView& kv, const int64_t* q_pos, const int64_t* k_lo,
+            float* out) {
   const int64_t hd = kv.head_dim;
   const int64_t n_kv = kv.n_kv_heads;
   assert(n_kv > 0 && n_heads % n_kv == 0);
@@ -102,7 +102,7 @@ void attend(const float* q, int64_t T, int64_t n_heads, const KvView& kv, const 
   const float scale = float(1.0 / std::sqrt(double(hd)));
 
   Rows rows(kv, hd);
-  std::vector<float> scores;                               // [group, n] logits, then weights
+  std::vector<float> scores;  // [group, n] logits, then weights
   std::vector<float> inv_sum(static_cast<size_t>(group));  // [group]
 
   for (int64_t t = 0; t < T; ++t) {
@@ -117,11 +117,10 @@ void attend(const float* q, int64_t T, int64_t n_heads, const KvView& kv, const 
 
     for (int64_t g = 0; g < n_kv; ++g) {
       const float* qg = q + (t * n_heads + g * group) * hd;  // [group, hd]
-      float* og = out + (t * n_heads + g * group) * hd;      // [group, hd]
+      float* og = out + (t * n_heads + g * group) * hd;  // [group, hd]
       for (int64_t p = lo; p <= hi; ++p) {
         const auto kr = rows.row(true, p, g);
-        for (int64_t j = 0; j < group; ++j)
-          scores[size_t(j * n + (p - lo))] = kr.score(qg + j * hd, hd, scale);
+        for (int64_t j = 0; j < group; ++j) scores[size_t(j * n + (p - lo))] = kr.score(qg + j * hd, hd, scale);
       }
       // Softmax against the max of the whole window.
       for (int64_t j = 0; j < group; ++j) {
@@ -137,8 +136,7 @@ void attend(const float* q, int64_t T, int64_t n_heads, const KvView& kv, const 
       std::fill(og, og + group * hd, 0.f);
       for (int64_t p = lo; p <= hi; ++p) {
         const auto vr = rows.row(false, p, g);
-        for (int64_t j = 0; j < group; ++j)
-          vr.add(scores[size_t(j * n + (p - lo))], og + j * hd, hd);
+        for (int64_t j = 0; j < group; ++j) vr.add(scores[size_t(j * n + (p - lo))], og + j * hd, hd);
       }
       for (int64_t j = 0; j < group; ++j) {
         float* o = og + j * hd;  // [hd]
@@ -154,8 +152,7 @@ void attend(const float* q, int64_t T, int64_t n_heads, const KvView& kv, const 
 
 // k_rows, v_rows [T, n_kv_heads, head_dim] float; pos [T] absolute positions (>= 0): ring
 // row pos[t] % capacity of dst is overwritten.
-void kv_write(const KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos,
-              int64_t T) {
+void kv_write(const KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos, int64_t T) {
   if (dst.dtype == KvDType::I8) return kv_write_i8(dst, k_rows, v_rows, pos, T);
   if (is_store_h(dst.dtype)) throw std::logic_error("kv_write on a store-h slot");
   const int64_t row = dst.n_kv_heads * dst.head_dim;  // elements per position
@@ -182,16 +179,14 @@ void kv_write(const KvView& dst, const float* k_rows, const float* v_rows, const
 // q [T, n_heads, head_dim], q_pos [T], k_lo [T], out [T, n_heads, head_dim].
 // The window must lie in the slot: 0 <= k_lo[t], and q_pos[t] - k_lo[t] < capacity (older
 // rows of a ring are overwritten). An empty window (k_lo > q_pos) gives a zero output row.
-void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
-               const int64_t* q_pos, const int64_t* k_lo, float* out) {
-  if (kv.dtype == KvDType::I8)
-    attend<I8Rows>(q, T, n_heads, kv, q_pos, k_lo, out);
-  else
-    attend<FloatRows>(q, T, n_heads, kv, q_pos, k_lo, out);
+void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv, const int64_t* q_pos, const int64_t* k_lo,
+               float* out) {
+  if (kv.dtype == KvDType::I8) attend<I8Rows>(q, T, n_heads, kv, q_pos, k_lo, out);
+  else attend<FloatRows>(q, T, n_heads, kv, q_pos, k_lo, out);
 }
 
-void attention_batch(const float* q, int64_t T, int64_t n_heads, const KvRowGroup* groups,
-                     int64_t n_groups, const int64_t* q_pos, const int64_t* k_lo, float* out) {
+void attention_batch(const float* q, int64_t T, int64_t n_heads, const KvRowGroup* groups, int64_t n_groups,
+                     const int64_t* q_pos, const int64_t* k_lo, float* out) {
   for (int64_t i = 0; i < n_groups; ++i) {
     const KvRowGroup& g = groups[i];
     const int64_t w = n_heads * g.kv.head_dim, b = g.begin;

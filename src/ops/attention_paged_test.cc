@@ -27,11 +27,11 @@ int64_t elem_bytes(KvDType dt) { return dt == KvDType::F32 ? 4 : dt == KvDType::
 struct TwinSlot {
   KvDType dt;
   int64_t cap, n_kv, hd, B;
-  std::vector<uint8_t> ck, cv;     // contiguous values
-  std::vector<float> cks, cvs;     // contiguous I8 scales [cap, n_kv]
-  std::vector<uint8_t> pool;       // [n_blocks][K | V] values
+  std::vector<uint8_t> ck, cv;  // contiguous values
+  std::vector<float> cks, cvs;  // contiguous I8 scales [cap, n_kv]
+  std::vector<uint8_t> pool;  // [n_blocks][K | V] values
   std::vector<float> pool_scales;  // [n_blocks][K | V][B, n_kv]
-  std::vector<KvBlock> table;      // [cap / B]
+  std::vector<KvBlock> table;  // [cap / B]
 
   TwinSlot(KvDType d, int64_t cap_, int64_t nkv, int64_t h, int64_t B_, uint32_t seed)
       : dt(d), cap(cap_), n_kv(nkv), hd(h), B(B_) {
@@ -114,9 +114,9 @@ void expect_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 void check(const Case& c) {
-  SCOPED_TRACE(::testing::Message() << "dtype " << int(c.dt) << " heads " << c.n_heads << "/"
-                                    << c.n_kv << " hd " << c.hd << " cap " << c.cap << " B "
-                                    << c.B << " N " << c.N << " window " << c.window);
+  SCOPED_TRACE(::testing::Message() << "dtype " << int(c.dt) << " heads " << c.n_heads << "/" << c.n_kv << " hd "
+                                    << c.hd << " cap " << c.cap << " B " << c.B << " N " << c.N << " window "
+                                    << c.window);
   TwinSlot s(c.dt, c.cap, c.n_kv, c.hd, c.B, uint32_t(c.hd * 31 + c.N));
   std::vector<int64_t> pos;
   for (int64_t p = 0; p < c.N; ++p) pos.push_back(p);
@@ -150,12 +150,12 @@ void check(const Case& c) {
 
 TEST(PagedAttention, MatchesContiguousBitForBit) {
   for (KvDType dt : {KvDType::F32, KvDType::F16, KvDType::I8}) {
-    check({dt, 4, 4, 16, 64, 16, 50, 0});      // MHA, partial last block
-    check({dt, 6, 2, 13, 96, 32, 96, 0});      // GQA, odd head_dim, full blocks
-    check({dt, 8, 2, 64, 128, 16, 77, 20});    // window inside the sequence, nulled blocks
-    check({dt, 3, 1, 7, 32, 8, 70, 24});       // ring: positions wrap the block table
-    check({dt, 2, 2, 96, 64, 64, 64, 0});      // one block (paged == one contiguous run)
-    check({dt, 4, 1, 128, 256, 32, 250, 0});   // long head_dim, many blocks
+    check({dt, 4, 4, 16, 64, 16, 50, 0});  // MHA, partial last block
+    check({dt, 6, 2, 13, 96, 32, 96, 0});  // GQA, odd head_dim, full blocks
+    check({dt, 8, 2, 64, 128, 16, 77, 20});  // window inside the sequence, nulled blocks
+    check({dt, 3, 1, 7, 32, 8, 70, 24});  // ring: positions wrap the block table
+    check({dt, 2, 2, 96, 64, 64, 64, 0});  // one block (paged == one contiguous run)
+    check({dt, 4, 1, 128, 256, 32, 250, 0});  // long head_dim, many blocks
   }
 }
 
@@ -193,12 +193,11 @@ TEST(PagedAttention, BatchEqualsEachGroupAlone) {
     const int64_t w = n_heads * hd;
     const auto q = random_floats(size_t(T * w), 7, -1.f, 1.f);
     std::vector<float> all(size_t(T * w), -3.f);
-    attention_batch(q.data(), T, n_heads, groups.data(), int64_t(groups.size()), qpos.data(),
-                    klo.data(), all.data());
+    attention_batch(q.data(), T, n_heads, groups.data(), int64_t(groups.size()), qpos.data(), klo.data(), all.data());
     for (const KvRowGroup& g : groups) {
       std::vector<float> alone(size_t(g.rows * w), -4.f);
-      attention(q.data() + g.begin * w, g.rows, n_heads, g.kv, qpos.data() + g.begin,
-                klo.data() + g.begin, alone.data());
+      attention(q.data() + g.begin * w, g.rows, n_heads, g.kv, qpos.data() + g.begin, klo.data() + g.begin,
+                alone.data());
       std::vector<float> got(all.begin() + g.begin * w, all.begin() + (g.begin + g.rows) * w);
       expect_bits(alone, got);
     }

@@ -19,7 +19,7 @@ using testing::random_floats;
 struct Slot {
   KvDType dtype;
   int64_t capacity, n_kv, hd;
-  std::vector<float> kf, vf;     // [capacity, n_kv, hd] when F32
+  std::vector<float> kf, vf;  // [capacity, n_kv, hd] when F32
   std::vector<uint16_t> kh, vh;  // [capacity, n_kv, hd] when F16
   // History by absolute position: the values as stored (fp16-rounded for F16), [n_kv, hd].
   std::map<int64_t, std::vector<double>> k_hist, v_hist;
@@ -90,8 +90,7 @@ void check(Slot& s, int64_t n_heads, const std::vector<float>& q, const std::vec
         }
         sc.push_back(d * scale);
         max_qk = std::max(max_qk, m * scale);
-        for (int64_t i = 0; i < hd; ++i)
-          max_v = std::max(max_v, std::fabs(s.v_hist.at(p)[g * hd + i]));
+        for (int64_t i = 0; i < hd; ++i) max_v = std::max(max_v, std::fabs(s.v_hist.at(p)[g * hd + i]));
       }
       const double mx = *std::max_element(sc.begin(), sc.end());
       double sum = 0;
@@ -107,8 +106,7 @@ void check(Slot& s, int64_t n_heads, const std::vector<float>& q, const std::vec
         for (int64_t j = 0; j < n; ++j) ref += sc[j] * s.v_hist.at(k_lo[t] + j)[g * hd + i];
         ref /= sum;
         ASSERT_NEAR(out[(t * n_heads + h) * hd + i], ref, tol)
-            << "t=" << t << " h=" << h << " i=" << i << " window=[" << k_lo[t] << ","
-            << q_pos[t] << "]";
+            << "t=" << t << " h=" << h << " i=" << i << " window=[" << k_lo[t] << "," << q_pos[t] << "]";
       }
     }
 }
@@ -179,9 +177,7 @@ TEST_P(Attention, EmptyWindowGivesZeros) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Storage, Attention, ::testing::Values(KvDType::F32, KvDType::F16),
-                         [](const auto& info) {
-                           return std::string(info.param == KvDType::F32 ? "F32" : "F16");
-                         });
+                         [](const auto& info) { return std::string(info.param == KvDType::F32 ? "F32" : "F16"); });
 
 TEST(KvWrite, StoresRoundedRowsAtPosModCapacity) {
   const int64_t cap = 3, nkv = 2, hd = 3, row = nkv * hd;

@@ -28,10 +28,10 @@ namespace tinyloop::ops {
 //   vnni          TINYLOOP_DISABLE_VNNI=1     turns the AVX512-VNNI q8 kernels off
 // docs/benchmarks.md uses them for A/B runs; a variable set to "" or "0" counts as unset.
 struct BackendSettings {
-  std::optional<int> num_threads;   // < 1: the default above
+  std::optional<int> num_threads;  // < 1: the default above
   std::optional<bool> force_scalar;
-  std::optional<bool> amx;          // only takes effect where the CPU has AMX-BF16
-  std::optional<bool> vnni;         // read when the first q8 kernel runs; later changes are ignored
+  std::optional<bool> amx;  // only takes effect where the CPU has AMX-BF16
+  std::optional<bool> vnni;  // read when the first q8 kernel runs; later changes are ignored
 };
 
 // The settings the environment asks for (fields of unset variables stay unset). A malformed
@@ -43,15 +43,15 @@ void configure_backend(const BackendSettings& s);
 
 // What the backend runs on and picked (tinyloop_py.cpu_info()).
 struct BackendInfo {
-  std::string simd_target;                    // the Highway target in use, e.g. "AVX3"
+  std::string simd_target;  // the Highway target in use, e.g. "AVX3"
   std::vector<std::string> compiled_targets;  // the targets compiled in
   bool force_scalar = false;
   int num_threads = 1;
-  std::string q8_kernel;    // quant_activations="q8": "avx512vnni", "avx2" or "portable-<target>"
-  bool q8_packed = false;   // q8_kernel is a packed one: there q8 activations are the fast path
+  std::string q8_kernel;  // quant_activations="q8": "avx512vnni", "avx2" or "portable-<target>"
+  bool q8_packed = false;  // q8_kernel is a packed one: there q8 activations are the fast path
   std::string bf16_kernel;  // fp16_body: "amx", "avx512bf16" or "portable-<target>"
-  bool amx = false;         // AMX tiles in use
-  std::string amx_reason;   // why not, when amx is false
+  bool amx = false;  // AMX tiles in use
+  std::string amx_reason;  // why not, when amx is false
 };
 BackendInfo backend_info();
 
@@ -62,7 +62,7 @@ int num_threads();
 // aligned, the buffer on huge pages: base/huge_pages.h). The views point into it, so it must
 // outlive them.
 struct WeightCopies {
-  HugeBytes arena;    // the copies
+  HugeBytes arena;  // the copies
   int64_t bytes = 0;  // their sizes summed (what the model counts in its memory)
 };
 

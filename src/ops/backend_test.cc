@@ -41,8 +41,8 @@ BackendSettings scalar(bool on) {
 TEST(Backend, EnvironmentGivesTheSettings) {
   EXPECT_FALSE(backend_settings_from_env().num_threads.has_value());
   {
-    ScopedEnv a("TINYLOOP_NUM_THREADS", "3"), b("TINYLOOP_FORCE_SCALAR", "1"),
-        c("TINYLOOP_DISABLE_AMX", "1"), d("TINYLOOP_DISABLE_VNNI", "yes");
+    ScopedEnv a("TINYLOOP_NUM_THREADS", "3"), b("TINYLOOP_FORCE_SCALAR", "1"), c("TINYLOOP_DISABLE_AMX", "1"),
+        d("TINYLOOP_DISABLE_VNNI", "yes");
     const BackendSettings s = backend_settings_from_env();
     EXPECT_EQ(s.num_threads, 3);
     EXPECT_EQ(s.force_scalar, true);

@@ -44,27 +44,22 @@ void matmul_bf16dot(const float* x, int64_t T, const WeightView& w, const float*
   // The reference of the chain the CPU kernel runs (AMX's or vdpbf16ps's), so forcing the
   // scalar path never changes this mode's bits on one machine.
   if (scalar())
-    return cpu::bf16dot_uses_amx() ? ref::matmul_bf16dot_amx(x, T, w, bias, y)
-                                   : ref::matmul_bf16dot(x, T, w, bias, y);
+    return cpu::bf16dot_uses_amx() ? ref::matmul_bf16dot_amx(x, T, w, bias, y) : ref::matmul_bf16dot(x, T, w, bias, y);
   cpu::matmul_bf16dot(x, T, w, bias, y);
 }
 
-void weight_row_to_f32(const WeightView& w, int64_t row, float* out) {
-  ref::weight_row_to_f32(w, row, out);
-}
+void weight_row_to_f32(const WeightView& w, int64_t row, float* out) { ref::weight_row_to_f32(w, row, out); }
 
 void rmsnorm(const float* x, int64_t T, int64_t D, const float* w, float eps, float* y) {
   if (scalar()) return ref::rmsnorm(x, T, D, w, eps, y);
   cpu::rmsnorm(x, T, D, w, eps, y);
 }
 
-void layernorm(const float* x, int64_t T, int64_t D, const float* w, const float* b, float eps,
-               float* y) {
+void layernorm(const float* x, int64_t T, int64_t D, const float* w, const float* b, float eps, float* y) {
   ref::layernorm(x, T, D, w, b, eps, y);
 }
 
-void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t* pos,
-          float theta, RopeLayout layout) {
+void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t* pos, float theta, RopeLayout layout) {
   if (scalar()) return ref::rope(x, T, n_heads, head_dim, pos, theta, layout);
   cpu::rope(x, T, n_heads, head_dim, pos, theta, layout);
 }
@@ -83,16 +78,14 @@ void add(const float* a, const float* b, int64_t n, float* y) {
   cpu::add(a, b, n, y);
 }
 
-void kv_write(const KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos,
-              int64_t T) {
+void kv_write(const KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos, int64_t T) {
   // I8: one quantizer for both paths (ops/kv_quant.h), so the stored bytes never differ.
   if (scalar() || dst.dtype == KvDType::I8) return ref::kv_write(dst, k_rows, v_rows, pos, T);
   cpu::kv_write(dst, k_rows, v_rows, pos, T);
 }
 
-void kv_write(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
-              int64_t head_dim, const float* k_rows, const float* v_rows, const int64_t* pos,
-              int64_t T, float* k_scale, float* v_scale) {
+void kv_write(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads, int64_t head_dim,
+              const float* k_rows, const float* v_rows, const int64_t* pos, int64_t T, float* k_scale, float* v_scale) {
   KvView dst;
   dst.dtype = dtype;
   dst.k = k;
@@ -105,18 +98,17 @@ void kv_write(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_he
   kv_write(dst, k_rows, v_rows, pos, T);
 }
 
-void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv,
-               const int64_t* q_pos, const int64_t* k_lo, float* out) {
+void attention(const float* q, int64_t T, int64_t n_heads, const KvView& kv, const int64_t* q_pos, const int64_t* k_lo,
+               float* out) {
   if (is_store_h(kv.dtype)) throw std::logic_error("attention on a store-h slot: rebuild K/V first");
   if (scalar()) return ref::attention(q, T, n_heads, kv, q_pos, k_lo, out);
   cpu::attention(q, T, n_heads, kv, q_pos, k_lo, out);
 }
 
-void attention_batch(const float* q, int64_t T, int64_t n_heads, const KvRowGroup* groups,
-                     int64_t n_groups, const int64_t* q_pos, const int64_t* k_lo, float* out) {
+void attention_batch(const float* q, int64_t T, int64_t n_heads, const KvRowGroup* groups, int64_t n_groups,
+                     const int64_t* q_pos, const int64_t* k_lo, float* out) {
   for (int64_t i = 0; i < n_groups; ++i)
-    if (is_store_h(groups[i].kv.dtype))
-      throw std::logic_error("attention on a store-h slot: rebuild K/V first");
+    if (is_store_h(groups[i].kv.dtype)) throw std::logic_error("attention on a store-h slot: rebuild K/V first");
   if (scalar()) return ref::attention_batch(q, T, n_heads, groups, n_groups, q_pos, k_lo, out);
   cpu::attention_batch(q, T, n_heads, groups, n_groups, q_pos, k_lo, out);
 }

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <stdexcept>
 
-
 namespace tinyloop::ops {
 
 float quantize_row_i8(const float* x, int64_t n, int8_t* q) {
@@ -26,8 +25,7 @@ float quantize_row_i8(const float* x, int64_t n, int8_t* q) {
   return amax / 127.f;
 }
 
-void kv_write_i8(const KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos,
-                 int64_t T) {
+void kv_write_i8(const KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos, int64_t T) {
   const int64_t n_kv = dst.n_kv_heads, hd = dst.head_dim;
   const int64_t row = n_kv * hd;  // elements per position
   for (int64_t t = 0; t < T; ++t) {

@@ -15,8 +15,7 @@ float quantize_row_i8(const float* x, int64_t n, int8_t* q);
 
 // kv_write for KvDType::I8: each (position, kv head) row of k_rows / v_rows
 // [T, n_kv_heads, head_dim] quantized on its own into dst's int8 rows and scales.
-void kv_write_i8(const KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos,
-                 int64_t T);
+void kv_write_i8(const KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos, int64_t T);
 
 }  // namespace tinyloop::ops
 

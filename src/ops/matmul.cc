@@ -28,8 +28,8 @@
 namespace tinyloop::ops::ref {
 namespace {
 
-constexpr int64_t kMr = 2;                  // x rows per micro-kernel
-constexpr int64_t kNr = 4;                  // weight rows per micro-kernel
+constexpr int64_t kMr = 2;  // x rows per micro-kernel
+constexpr int64_t kNr = 4;  // weight rows per micro-kernel
 constexpr int64_t kWBlockBytes = 16 << 10;  // decoded weight block: half of a 32 KiB L1d
 constexpr int64_t kWBlockMaxRows = 64;
 constexpr int64_t kXBlockBytes = 256 << 10;  // x rows kept hot in L2 per pass over W
@@ -39,8 +39,8 @@ constexpr int64_t kXBlockBytes = 256 << 10;  // x rows kept hot in L2 per pass o
 //   w0 .. w3    [K]
 //   out         [kMr * kNr]
 // Row pointers may repeat (padding); they are only read.
-inline void kernel_2x4(const float* x0, const float* x1, const float* w0, const float* w1,
-                       const float* w2, const float* w3, int64_t K, float* out) {
+inline void kernel_2x4(const float* x0, const float* x1, const float* w0, const float* w1, const float* w2,
+                       const float* w3, int64_t K, float* out) {
   float a00 = 0.f, a01 = 0.f, a02 = 0.f, a03 = 0.f;
   float a10 = 0.f, a11 = 0.f, a12 = 0.f, a13 = 0.f;
 #pragma omp simd reduction(+ : a00, a01, a02, a03, a10, a11, a12, a13)
@@ -90,8 +90,7 @@ void matmul(const float* x, int64_t T, const WeightView& w, const float* bias, f
   if (is_quantized(w.dtype)) detail::check_quant_view(w);
 
   // Weight rows per block: as many whole micro-kernel groups as fit the L1 budget.
-  const int64_t nb_max =
-      std::clamp<int64_t>(kWBlockBytes / (K * 4) / kNr * kNr, kNr, kWBlockMaxRows);
+  const int64_t nb_max = std::clamp<int64_t>(kWBlockBytes / (K * 4) / kNr * kNr, kNr, kWBlockMaxRows);
   // x rows per block: fill the L2 budget, at least a few micro-kernel rows.
   const int64_t tb_max = std::max<int64_t>(kXBlockBytes / (K * 4) / kMr * kMr, 8 * kMr);
 
@@ -122,8 +121,7 @@ void matmul(const float* x, int64_t T, const WeightView& w, const float* bias, f
           kernel_2x4(xr0, xr1, wr[0], wr[1], wr[2], wr[3], K, acc);
           for (int64_t i = 0; i < mt; ++i) {
             float* yr = y + (t + i) * N + n0 + j;  // [mj] of row t+i
-            for (int64_t q = 0; q < mj; ++q)
-              yr[q] = bias ? acc[i * kNr + q] + bias[n0 + j + q] : acc[i * kNr + q];
+            for (int64_t q = 0; q < mj; ++q) yr[q] = bias ? acc[i * kNr + q] + bias[n0 + j + q] : acc[i * kNr + q];
           }
         }
       }
@@ -135,19 +133,11 @@ void matmul(const float* x, int64_t T, const WeightView& w, const float* bias, f
 void weight_row_to_f32(const WeightView& w, int64_t row, float* out) {
   const int64_t K = w.cols;
   switch (w.dtype) {
-    case DType::F32:
-      std::memcpy(out, static_cast<const float*>(w.data) + row * K, size_t(K) * sizeof(float));
-      return;
-    case DType::F16:
-      detail::half_row_to_float(static_cast<const uint16_t*>(w.data) + row * K, K, out);
-      return;
-    case DType::BF16:
-      detail::bf16_row_to_float(static_cast<const uint16_t*>(w.data) + row * K, K, out);
-      return;
+    case DType::F32: std::memcpy(out, static_cast<const float*>(w.data) + row * K, size_t(K) * sizeof(float)); return;
+    case DType::F16: detail::half_row_to_float(static_cast<const uint16_t*>(w.data) + row * K, K, out); return;
+    case DType::BF16: detail::bf16_row_to_float(static_cast<const uint16_t*>(w.data) + row * K, K, out); return;
     case DType::I8:
-    case DType::U4:
-      detail::dequantize_row(w, row, out);
-      return;
+    case DType::U4: detail::dequantize_row(w, row, out); return;
   }
 }
 

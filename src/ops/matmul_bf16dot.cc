@@ -19,8 +19,8 @@ void pack_bf16dot(const WeightView& w, uint32_t* out) {
     throw std::invalid_argument(std::string("bf16 dot-product copy: needs an F32, F16 or BF16 weight, got ") +
                                 dtype_name(w.dtype));
   if (N <= 0 || K <= 0 || !w.data)
-    throw std::invalid_argument("bf16 dot-product copy: empty weight [" + std::to_string(N) + ", " +
-                                std::to_string(K) + "]");
+    throw std::invalid_argument("bf16 dot-product copy: empty weight [" + std::to_string(N) + ", " + std::to_string(K) +
+                                "]");
   std::vector<float> row(size_t(K + 1), 0.f);  // [K + 1] one weight row in float, zero-padded
   std::vector<uint16_t> rb(size_t(K + 1), 0);  // [K + 1] the same, rounded
   const int64_t P = (N + kBf16DotPanel - 1) / kBf16DotPanel;

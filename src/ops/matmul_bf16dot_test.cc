@@ -37,9 +37,9 @@ TEST(Bf16DotRounding, NearestEvenSubnormalsFlushedNanKept) {
   EXPECT_EQ(round_bf16_ftz(-2.5f), 0xc020);
   EXPECT_EQ(round_bf16_ftz(std::numeric_limits<float>::max()), 0x7f80);  // overflow -> inf
   EXPECT_EQ(round_bf16_ftz(-INFINITY), 0xff80);
-  EXPECT_EQ(round_bf16_ftz(0x1p-126f), 0x0080);    // smallest normal kept
-  EXPECT_EQ(round_bf16_ftz(0x1p-127f), 0x0000);    // subnormal -> +0
-  EXPECT_EQ(round_bf16_ftz(-1e-40f), 0x8000);      // -> -0
+  EXPECT_EQ(round_bf16_ftz(0x1p-126f), 0x0080);  // smallest normal kept
+  EXPECT_EQ(round_bf16_ftz(0x1p-127f), 0x0000);  // subnormal -> +0
+  EXPECT_EQ(round_bf16_ftz(-1e-40f), 0x8000);  // -> -0
   EXPECT_EQ(round_bf16_ftz(-0.0f), 0x8000);
   const uint16_t q = round_bf16_ftz(std::bit_cast<float>(0x7f800001u));  // signalling nan
   EXPECT_TRUE(std::isnan(bf(q)));
@@ -106,10 +106,10 @@ TEST(Bf16DotPack, RejectsQuantizedAndEmpty) {
 
 // The packed copy of a random weight and its view.
 struct Case {
-  std::vector<float> x;         // [T, K]
-  StoredWeight w;               // [N, K]
-  std::vector<uint32_t> packed; // [ceil(N / 64), K2, 64]
-  std::vector<float> b;         // [N]
+  std::vector<float> x;  // [T, K]
+  StoredWeight w;  // [N, K]
+  std::vector<uint32_t> packed;  // [ceil(N / 64), K2, 64]
+  std::vector<float> b;  // [N]
   int64_t T, K, N;
   WeightView view() const {
     WeightView v = w.view();
@@ -119,8 +119,13 @@ struct Case {
 };
 
 Case make_case(int64_t T, int64_t K, int64_t N, DType dt, uint32_t seed) {
-  Case c{random_floats(size_t(T * K), seed), store_weight(random_floats(size_t(N * K), seed + 1), N, K, dt),
-         {}, random_floats(size_t(N), seed + 2), T, K, N};
+  Case c{random_floats(size_t(T * K), seed),
+         store_weight(random_floats(size_t(N * K), seed + 1), N, K, dt),
+         {},
+         random_floats(size_t(N), seed + 2),
+         T,
+         K,
+         N};
   c.packed.resize(size_t(bf16dot_packed_words(N, K)));
   pack_bf16dot(c.w.view(), c.packed.data());
   return c;
@@ -129,9 +134,7 @@ Case make_case(int64_t T, int64_t K, int64_t N, DType dt, uint32_t seed) {
 // The spec, literally: one element, pairs in order, the odd column first.
 float spec_element(const Case& c, int64_t t, int64_t n, const float* bias) {
   auto xb = [&](int64_t k) { return k < c.K ? bf(round_bf16_ftz(c.x[size_t(t * c.K + k)])) : 0.f; };
-  auto wb = [&](int64_t k) {
-    return k < c.K ? bf(round_bf16_ftz(float(c.w.decoded[size_t(n * c.K + k)]))) : 0.f;
-  };
+  auto wb = [&](int64_t k) { return k < c.K ? bf(round_bf16_ftz(float(c.w.decoded[size_t(n * c.K + k)]))) : 0.f; };
   float acc = 0.f;
   for (int64_t i = 0; i < (c.K + 1) / 2; ++i) {
     acc = acc + xb(2 * i + 1) * wb(2 * i + 1);
@@ -181,7 +184,8 @@ TEST(Bf16DotReference, CloseToTheFloatMatmul) {
   for (int64_t t = 0; t < 3; ++t)
     for (int64_t n = 0; n < 70; ++n) {
       double mag = std::fabs(c.b[size_t(n)]);
-      for (int64_t k = 0; k < 768; ++k) mag += std::fabs(double(c.x[size_t(t * 768 + k)]) * c.w.decoded[size_t(n * 768 + k)]);
+      for (int64_t k = 0; k < 768; ++k)
+        mag += std::fabs(double(c.x[size_t(t * 768 + k)]) * c.w.decoded[size_t(n * 768 + k)]);
       ASSERT_NEAR(y[size_t(t * 70 + n)], y32[size_t(t * 70 + n)], 2.0 * 0x1p-8 * mag);
     }
 }

@@ -20,7 +20,6 @@
 
 namespace tinyloop::ops {
 
-
 namespace ref {
 // Scalar reference of the q8-activation matmul: x [T, K], w [N, K] (q8act_applies(w)),
 // bias [N] or null, y [T, N]. Throws std::invalid_argument when the weight does not apply.

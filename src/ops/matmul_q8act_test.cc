@@ -64,8 +64,8 @@ TEST(Q8ActQuantize, ZeroBlockIsAllZero) {
 }
 
 // Oracle: the formula in double with exact integer block sums.
-std::vector<double> oracle(const std::vector<float>& x, int64_t T, const WeightView& w,
-                           const std::vector<float>& bias, std::vector<double>* bound) {
+std::vector<double> oracle(const std::vector<float>& x, int64_t T, const WeightView& w, const std::vector<float>& bias,
+                           std::vector<double>* bound) {
   const int64_t N = w.rows, K = w.cols, nb = K / 32, ng = K / w.group;
   std::vector<double> y(size_t(T * N));
   bound->assign(size_t(T * N), 0.0);
@@ -80,8 +80,8 @@ std::vector<double> oracle(const std::vector<float>& x, int64_t T, const WeightV
         int64_t isum = 0;
         for (int64_t j = b * 32; j < b * 32 + 32; ++j) isum += detail::quant_q(w, n, j) * q[size_t(j)];
         const double term = double(detail::quant_param(w.scales, w.scale_dtype, g)) * d[size_t(b)] * double(isum);
-        const double o = w.dtype == DType::U4
-                             ? double(detail::quant_param(w.offsets, w.scale_dtype, g)) * s[size_t(b)] : 0.0;
+        const double o =
+            w.dtype == DType::U4 ? double(detail::quant_param(w.offsets, w.scale_dtype, g)) * s[size_t(b)] : 0.0;
         acc += term + o;
         mag += std::fabs(term) + std::fabs(o);
       }
@@ -95,9 +95,9 @@ std::vector<double> oracle(const std::vector<float>& x, int64_t T, const WeightV
 using Case = testing::Q8Case;
 
 TEST(Q8ActRef, MatchesOracleOnOddShapes) {
-  const Case cases[] = {{DType::I8, 32, 32, DType::F32}, {DType::I8, 96, 32, DType::F16},
+  const Case cases[] = {{DType::I8, 32, 32, DType::F32},   {DType::I8, 96, 32, DType::F16},
                         {DType::I8, 160, 160, DType::F32}, {DType::U4, 32, 32, DType::F16},
-                        {DType::U4, 224, 32, DType::F32}, {DType::U4, 192, 64, DType::F16}};
+                        {DType::U4, 224, 32, DType::F32},  {DType::U4, 192, 64, DType::F16}};
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " K=" + std::to_string(c.K) + " G=" + std::to_string(c.G));
     const int64_t T = 3, N = 7;
@@ -108,8 +108,7 @@ TEST(Q8ActRef, MatchesOracleOnOddShapes) {
     ref::matmul_q8act(x.data(), T, st.view(), bias.data(), y.data());
     std::vector<double> bound;
     const auto want = oracle(x, T, st.view(), bias, &bound);
-    for (size_t i = 0; i < y.size(); ++i)
-      EXPECT_NEAR(y[i], want[i], 4e-6 * bound[i] + 1e-7) << i;
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], want[i], 4e-6 * bound[i] + 1e-7) << i;
   }
 }
 

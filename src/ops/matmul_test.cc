@@ -17,8 +17,8 @@ using testing::store_weight;
 
 // Naive y = x W^T + b in double, and sum |x_k w_k| + |b| per output for the error bound.
 //   x [T, K], w [N, K] (decoded), bias [N] or null, y / mag [T, N]
-void oracle(const std::vector<float>& x, int64_t T, const std::vector<double>& w, int64_t N,
-            int64_t K, const float* bias, std::vector<double>& y, std::vector<double>& mag) {
+void oracle(const std::vector<float>& x, int64_t T, const std::vector<double>& w, int64_t N, int64_t K,
+            const float* bias, std::vector<double>& y, std::vector<double>& mag) {
   y.assign(size_t(T * N), 0.0);
   mag.assign(size_t(T * N), 0.0);
   for (int64_t t = 0; t < T; ++t)
@@ -54,8 +54,7 @@ void run_case(int64_t T, int64_t K, int64_t N, DType dt, bool with_bias, uint32_
     // in float, so F16/BF16 add nothing. A 1% margin for the gamma_n higher-order term.
     const double tol = 1.01 * double(K + 2) * kU * mag[size_t(i)];
     ASSERT_NEAR(y[size_t(i)], ref[size_t(i)], tol)
-        << "T=" << T << " K=" << K << " N=" << N << " dtype=" << dtype_name(dt)
-        << " bias=" << with_bias << " i=" << i;
+        << "T=" << T << " K=" << K << " N=" << N << " dtype=" << dtype_name(dt) << " bias=" << with_bias << " i=" << i;
   }
 }
 
@@ -101,8 +100,7 @@ TEST_P(MatmulShapes, WeightRowToF32) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllDTypes, MatmulShapes,
-                         ::testing::Values(DType::F32, DType::F16, DType::BF16),
+INSTANTIATE_TEST_SUITE_P(AllDTypes, MatmulShapes, ::testing::Values(DType::F32, DType::F16, DType::BF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(Matmul, EmptyK) {

@@ -11,7 +11,7 @@ namespace tinyloop::ops::ref {
 void rmsnorm(const float* x, int64_t T, int64_t D, const float* w, float eps, float* y) {
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = x + t * D;  // [D]
-    float* yr = y + t * D;        // [D]
+    float* yr = y + t * D;  // [D]
     float ss = 0.f;
 #pragma omp simd reduction(+ : ss)
     for (int64_t i = 0; i < D; ++i) ss += xr[i] * xr[i];
@@ -25,11 +25,10 @@ void rmsnorm(const float* x, int64_t T, int64_t D, const float* w, float eps, fl
 }
 
 // x [T, D], w [D], b [D] or null, y [T, D] (y == x allowed).
-void layernorm(const float* x, int64_t T, int64_t D, const float* w, const float* b, float eps,
-               float* y) {
+void layernorm(const float* x, int64_t T, int64_t D, const float* w, const float* b, float eps, float* y) {
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = x + t * D;  // [D]
-    float* yr = y + t * D;        // [D]
+    float* yr = y + t * D;  // [D]
     float s = 0.f;
 #pragma omp simd reduction(+ : s)
     for (int64_t i = 0; i < D; ++i) s += xr[i];

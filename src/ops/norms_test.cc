@@ -68,10 +68,8 @@ TEST(Norms, LayerNormAgainstDouble) {
           for (int64_t i = 0; i < D; ++i) {
             const double bi = b ? b[i] : 0.0;
             const double ref = (x[t * D + i] - mean) * inv * w[i] + bi;
-            const double tol = 2.0 * double(D + 8) * kU *
-                               (std::fabs(ref) + mx * inv * std::fabs(w[i]) + std::fabs(bi));
-            ASSERT_NEAR(y[t * D + i], ref, tol)
-                << "T=" << T << " D=" << D << " i=" << i << " bias=" << with_bias;
+            const double tol = 2.0 * double(D + 8) * kU * (std::fabs(ref) + mx * inv * std::fabs(w[i]) + std::fabs(bi));
+            ASSERT_NEAR(y[t * D + i], ref, tol) << "T=" << T << " D=" << D << " i=" << i << " bias=" << with_bias;
           }
         }
         auto z = x;

@@ -10,8 +10,7 @@
 namespace tinyloop::ops::ref {
 
 // x [T, n_heads, head_dim] (in place), pos [T].
-void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t* pos,
-          float theta, RopeLayout layout) {
+void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t* pos, float theta, RopeLayout layout) {
   assert(head_dim % 2 == 0);
   const int64_t half = head_dim / 2;
   // cos/sin of one position, shared by all heads of that row.
@@ -20,8 +19,7 @@ void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t*
   float* s = cs.data() + half;
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t i = 0; i < half; ++i) {
-      const double a = std::pow(double(theta), -2.0 * double(i) / double(head_dim)) *
-                       double(pos[t]);
+      const double a = std::pow(double(theta), -2.0 * double(i) / double(head_dim)) * double(pos[t]);
       c[i] = float(std::cos(a));
       s[i] = float(std::sin(a));
     }
@@ -29,7 +27,7 @@ void rope(float* x, int64_t T, int64_t n_heads, int64_t head_dim, const int64_t*
       float* xh = x + (t * n_heads + h) * head_dim;  // [head_dim]
       if (layout == RopeLayout::Half) {
         // HF rotate_half: out1 = x1 cos - x2 sin, out2 = x2 cos + x1 sin.
-        float* x1 = xh;         // [half]
+        float* x1 = xh;  // [half]
         float* x2 = xh + half;  // [half]
 #pragma omp simd
         for (int64_t i = 0; i < half; ++i) {

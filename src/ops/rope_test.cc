@@ -31,8 +31,7 @@ TEST(Rope, AgainstDouble) {
           for (int64_t t = 0; t < T; ++t)
             for (int64_t h = 0; h < H; ++h)
               for (int64_t i = 0; i < hd / 2; ++i) {
-                const double a =
-                    std::pow(double(theta), -2.0 * double(i) / double(hd)) * double(pos[t]);
+                const double a = std::pow(double(theta), -2.0 * double(i) / double(hd)) * double(pos[t]);
                 const auto [j0, j1] = pair_of(layout, i, hd);
                 const int64_t base = (t * H + h) * hd;
                 const double u = x0[base + j0], v = x0[base + j1];

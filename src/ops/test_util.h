@@ -14,8 +14,8 @@ inline constexpr double kU = 1.0 / (1 << 24);
 
 // A contiguous KV slot over caller-owned buffers: k / v [capacity, n_kv_heads, head_dim] in
 // the dtype's width, k_scale / v_scale [capacity, n_kv_heads] (I8 only).
-inline KvView contiguous_view(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads,
-                              int64_t head_dim, float* k_scale = nullptr, float* v_scale = nullptr) {
+inline KvView contiguous_view(KvDType dtype, void* k, void* v, int64_t capacity, int64_t n_kv_heads, int64_t head_dim,
+                              float* k_scale = nullptr, float* v_scale = nullptr) {
   KvView kv;
   kv.dtype = dtype;
   kv.k = k;
@@ -28,8 +28,7 @@ inline KvView contiguous_view(KvDType dtype, void* k, void* v, int64_t capacity,
   return kv;
 }
 
-inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.f,
-                                        float hi = 1.f) {
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> d(lo, hi);
   std::vector<float> v(n);
@@ -41,23 +40,21 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.f
 // which the double-precision oracles use.
 struct StoredWeight {
   DType dtype;
-  std::vector<float> f32;      // [N, K] when dtype == F32
-  std::vector<uint16_t> u16;   // [N, K] when dtype is F16 / BF16
-  std::vector<double> decoded; // [N, K]
+  std::vector<float> f32;  // [N, K] when dtype == F32
+  std::vector<uint16_t> u16;  // [N, K] when dtype is F16 / BF16
+  std::vector<double> decoded;  // [N, K]
   int64_t N = 0, K = 0;
   WeightView view() const {
     WeightView w;
     w.dtype = dtype;
-    w.data = dtype == DType::F32 ? static_cast<const void*>(f32.data())
-                                 : static_cast<const void*>(u16.data());
+    w.data = dtype == DType::F32 ? static_cast<const void*>(f32.data()) : static_cast<const void*>(u16.data());
     w.rows = N;
     w.cols = K;
     return w;
   }
 };
 
-inline StoredWeight store_weight(const std::vector<float>& src, int64_t N, int64_t K,
-                                 DType dtype) {
+inline StoredWeight store_weight(const std::vector<float>& src, int64_t N, int64_t K, DType dtype) {
   StoredWeight s;
   s.dtype = dtype;
   s.N = N;

@@ -24,9 +24,9 @@ using testing::store_quant;
 // Odd K and G where the format allows (int4 needs both even); G = K (one scale a row) and
 // the GGUF G = 32; F16 and F32 scales.
 const QCase kCases[] = {
-    {DType::I8, 67, 67, DType::F32},  {DType::I8, 129, 43, DType::F16}, {DType::I8, 96, 32, DType::F16},
-    {DType::I8, 5, 1, DType::F32},    {DType::U4, 66, 66, DType::F32},  {DType::U4, 130, 26, DType::F16},
-    {DType::U4, 96, 32, DType::F16},  {DType::U4, 2, 2, DType::F32},    {DType::U4, 160, 32, DType::F32},
+    {DType::I8, 67, 67, DType::F32}, {DType::I8, 129, 43, DType::F16}, {DType::I8, 96, 32, DType::F16},
+    {DType::I8, 5, 1, DType::F32},   {DType::U4, 66, 66, DType::F32},  {DType::U4, 130, 26, DType::F16},
+    {DType::U4, 96, 32, DType::F16}, {DType::U4, 2, 2, DType::F32},    {DType::U4, 160, 32, DType::F32},
 };
 
 class RefQuant : public ::testing::TestWithParam<QCase> {};

@@ -15,7 +15,11 @@
 namespace tinyloop::ops::testing {
 
 // A q8-activation matmul test shape: weight dtype (I8 / U4), K, group G, param dtype.
-struct Q8Case { DType dtype; int64_t K, G; DType sd; };
+struct Q8Case {
+  DType dtype;
+  int64_t K, G;
+  DType sd;
+};
 
 // The shapes the SIMD q8 kernels are checked on: K odd multiples of 32 up to 736 (partial
 // 128-column units), groups of 32 and larger, F16 and F32 params, int8 and int4.
@@ -31,10 +35,10 @@ struct StoredQuant {
   DType dtype = DType::I8;
   int64_t N = 0, K = 0, G = 0;
   DType scale_dtype = DType::F32;
-  std::vector<uint8_t> q;          // I8: [N, K] (int8 bits); U4: [N, K / 2]
-  std::vector<float> s32, o32;     // [N, K / G] when F32
+  std::vector<uint8_t> q;  // I8: [N, K] (int8 bits); U4: [N, K / 2]
+  std::vector<float> s32, o32;  // [N, K / G] when F32
   std::vector<uint16_t> s16, o16;  // [N, K / G] when F16
-  std::vector<double> decoded;     // [N, K]
+  std::vector<double> decoded;  // [N, K]
   WeightView view() const {
     WeightView w;
     w.dtype = dtype;
@@ -71,8 +75,8 @@ inline float store_param(float v, DType sd, std::vector<float>& f32, std::vector
   return v;
 }
 
-inline StoredQuant store_quant(const std::vector<float>& src, int64_t N, int64_t K, DType dtype,
-                               int64_t G, DType scale_dtype = DType::F32) {
+inline StoredQuant store_quant(const std::vector<float>& src, int64_t N, int64_t K, DType dtype, int64_t G,
+                               DType scale_dtype = DType::F32) {
   StoredQuant s;
   s.dtype = dtype, s.N = N, s.K = K, s.G = G, s.scale_dtype = scale_dtype;
   const bool u4 = dtype == DType::U4;
@@ -81,7 +85,8 @@ inline StoredQuant store_quant(const std::vector<float>& src, int64_t N, int64_t
     for (int64_t g = 0; g < K / G; ++g) {
       const float* w = src.data() + n * K + g * G;  // [G]
       float lo = w[0], hi = w[0], amax = 0.f;
-      for (int64_t j = 0; j < G; ++j) lo = std::min(lo, w[j]), hi = std::max(hi, w[j]), amax = std::max(amax, std::fabs(w[j]));
+      for (int64_t j = 0; j < G; ++j)
+        lo = std::min(lo, w[j]), hi = std::max(hi, w[j]), amax = std::max(amax, std::fabs(w[j]));
       if (!u4) {
         const float sc = store_param(amax / 127.f, scale_dtype, s.s32, s.s16);
         for (int64_t j = 0; j < G; ++j) {
@@ -116,8 +121,8 @@ struct QCase {
 };
 
 inline std::string name_of(const QCase& c) {
-  return std::string(dtype_name(c.dtype)) + "_K" + std::to_string(c.K) + "_G" + std::to_string(c.G) +
-         "_" + dtype_name(c.scale_dtype);
+  return std::string(dtype_name(c.dtype)) + "_K" + std::to_string(c.K) + "_G" + std::to_string(c.G) + "_" +
+         dtype_name(c.scale_dtype);
 }
 
 }  // namespace tinyloop::ops::testing

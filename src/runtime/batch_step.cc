@@ -24,16 +24,16 @@ namespace {
 
 // Per part, while the step runs.
 struct PartState {
-  int64_t begin = 0;      // first row in the step
-  int64_t done = 0;       // iterations applied
-  int64_t stable = 0;     // consecutive stable probes
-  bool exited = false;    // left the loop early
+  int64_t begin = 0;  // first row in the step
+  int64_t done = 0;  // iterations applied
+  int64_t stable = 0;  // consecutive stable probes
+  bool exited = false;  // left the loop early
   bool have_logits = false;  // logits already read out by the probe that stopped it
-  GateTracker gate;               // the exit gate's distribution over the last row's steps
-  bool gate_picked = false;       // Threshold / Step chose an iteration before the last
+  GateTracker gate;  // the exit gate's distribution over the last row's steps
+  bool gate_picked = false;  // Threshold / Step chose an iteration before the last
   std::vector<float> gate_state;  // [D] that iteration's state (parts that keep looping)
-  std::vector<float> gate_mix;    // [V] Weighted: sum of p_t * logits_t so far
-  float gate_last_weight = 0;     // Weighted: p_L, applied to the final readout
+  std::vector<float> gate_mix;  // [V] Weighted: sum of p_t * logits_t so far
+  float gate_last_weight = 0;  // Weighted: p_L, applied to the final readout
 };
 
 // Copies rows [begin, begin + n) of src [*, D] to dst at row `at`.
@@ -52,13 +52,13 @@ void run_step(const model::LoopedModel& m, std::vector<StepPart>& parts, StepScr
   for (StepPart& p : parts) {
     if (p.n < 1) throw std::invalid_argument("a step part needs at least one token");
     if (p.loops < 1 || p.loops > p.kv->loops())
-      throw std::invalid_argument("a step part at " + std::to_string(p.loops) +
-                                  " loops on a cache with slots for " + std::to_string(p.kv->loops()));
+      throw std::invalid_argument("a step part at " + std::to_string(p.loops) + " loops on a cache with slots for " +
+                                  std::to_string(p.kv->loops()));
     if (p.early_exit && p.early_exit->enabled() && p.n != 1)
       throw std::invalid_argument("early exit decodes one token per step (prefill never exits early)");
     if (p.kv->length() + p.n > p.kv->capacity())
-      throw std::logic_error("KV cache of capacity " + std::to_string(p.kv->capacity()) +
-                             " cannot hold position " + std::to_string(p.kv->length() + p.n - 1));
+      throw std::logic_error("KV cache of capacity " + std::to_string(p.kv->capacity()) + " cannot hold position " +
+                             std::to_string(p.kv->length() + p.n - 1));
     T += p.n;
     max_loops = std::max(max_loops, p.loops);
   }
@@ -80,9 +80,7 @@ void run_step(const model::LoopedModel& m, std::vector<StepPart>& parts, StepScr
   m.prelude(sc.tokens.data(), all, sc.ws, x);
   m.initial_state(x, all, s);
 
-  auto in_loop = [&](int64_t i, int64_t it) {
-    return !st[size_t(i)].exited && parts[size_t(i)].loops > it;
-  };
+  auto in_loop = [&](int64_t i, int64_t it) { return !st[size_t(i)].exited && parts[size_t(i)].loops > it; };
   // The exit gate watches the last row of parts that want logits.
   auto gated = [&](int64_t i) {
     const StepPart& p = parts[size_t(i)];
@@ -164,7 +162,7 @@ void run_step(const model::LoopedModel& m, std::vector<StepPart>& parts, StepScr
       }
     }
     model::RowBatch gb{sc.apos.data(), 0, {}, sc.atokens.data()};  // Weighted gates: rows read out after this iteration
-    std::vector<int64_t> mixing, gate_rows;     // their parts; their rows in gb
+    std::vector<int64_t> mixing, gate_rows;  // their parts; their rows in gb
     for (int64_t i = 0; i < P; ++i) {
       if (!in_loop(i, it)) continue;
       PartState& ps = st[size_t(i)];
@@ -233,8 +231,7 @@ void run_step(const model::LoopedModel& m, std::vector<StepPart>& parts, StepScr
   std::vector<float> logits(out_rows.size() * size_t(V));  // [out, V]
   m.readout(s, all, sc.ws, out_rows.data(), int64_t(out_rows.size()), logits.data());
   for (size_t k = 0; k < out_part.size(); ++k)
-    parts[size_t(out_part[k])].logits.assign(logits.begin() + int64_t(k) * V,
-                                             logits.begin() + int64_t(k + 1) * V);
+    parts[size_t(out_part[k])].logits.assign(logits.begin() + int64_t(k) * V, logits.begin() + int64_t(k + 1) * V);
   for (int64_t i = 0; i < P; ++i) {
     const PartState& ps = st[size_t(i)];
     if (!gated(i) || parts[size_t(i)].gate_exit->mode != ExitGateMode::Weighted) continue;

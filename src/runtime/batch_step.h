@@ -29,7 +29,7 @@ struct StepPart {
   model::KvCache* kv = nullptr;
   const int32_t* tokens = nullptr;  // [n] new tokens at positions kv->length() ..
   int64_t n = 0;
-  int64_t loops = 0;       // iterations to run (1 .. kv->loops())
+  int64_t loops = 0;  // iterations to run (1 .. kv->loops())
   // The depth the sequence decodes at: when the last row runs fewer iterations than this
   // (early exit, or a replay of an exited token), its slots up to it are filled by the
   // latest rule (docs/loop-depth.md, early exit). 0 = loops.
@@ -49,7 +49,7 @@ struct StepPart {
   bool want_logits = false;  // logits of the last row
   // Outputs.
   std::vector<float> logits;  // [V] when want_logits
-  int64_t depth = 0;          // iterations the last row ran
+  int64_t depth = 0;  // iterations the last row ran
 };
 
 // Buffers reused from step to step (grown on demand), counted in the model's memory report.
@@ -59,13 +59,13 @@ class StepScratch {
   // Sizes every buffer for T rows.
   void reserve(int64_t T);
   model::Workspace ws;
-  std::vector<int32_t> tokens;   // [T]
-  std::vector<int64_t> pos;      // [T] absolute positions
-  std::vector<float> x, s;       // [T, D] prelude output, loop state
-  std::vector<float> xa, sa;     // [T, D] the rows still in the loop, gathered
-  std::vector<float> prev;       // [T, D] states before a hidden-L2 probe
-  std::vector<float> probe;      // [T, D] states a margin probe reads out (clobbered)
-  std::vector<int64_t> apos;     // [T] positions of the gathered rows
+  std::vector<int32_t> tokens;  // [T]
+  std::vector<int64_t> pos;  // [T] absolute positions
+  std::vector<float> x, s;  // [T, D] prelude output, loop state
+  std::vector<float> xa, sa;  // [T, D] the rows still in the loop, gathered
+  std::vector<float> prev;  // [T, D] states before a hidden-L2 probe
+  std::vector<float> probe;  // [T, D] states a margin probe reads out (clobbered)
+  std::vector<int64_t> apos;  // [T] positions of the gathered rows
   std::vector<int32_t> atokens;  // [T] their tokens (layers with a value embedding read them)
 
  private:

@@ -127,8 +127,7 @@ TEST_P(BatchStepTest, EveryPartEqualsItsSequenceAlone) {
       ASSERT_EQ(parts[p].depth, want_depth[i][step]) << "seq " << i << " step " << step;
       exits += parts[p].depth < sc[i].loops;
       ASSERT_EQ(parts[p].logits.size(), want[i][step].size());
-      ASSERT_EQ(0, std::memcmp(parts[p].logits.data(), want[i][step].data(),
-                               parts[p].logits.size() * sizeof(float)))
+      ASSERT_EQ(0, std::memcmp(parts[p].logits.data(), want[i][step].data(), parts[p].logits.size() * sizeof(float)))
           << "seq " << i << " step " << step;
     }
   }

@@ -17,8 +17,7 @@ void validate(const BeamParams& p) {
     throw std::invalid_argument("beam_size must be <= " + std::to_string(kMaxBeamSize) + ", got " +
                                 std::to_string(p.beam_size));
   if (p.active() && !std::isfinite(p.length_penalty))
-    throw std::invalid_argument("length_penalty must be a finite number, got " +
-                                std::to_string(p.length_penalty));
+    throw std::invalid_argument("length_penalty must be a finite number, got " + std::to_string(p.length_penalty));
 }
 
 double beam_score(double log_prob, int64_t new_len, double length_penalty) {
@@ -30,7 +29,7 @@ namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 struct Hyp {
-  std::vector<int32_t> tokens;   // generated tokens
+  std::vector<int32_t> tokens;  // generated tokens
   std::vector<int64_t> history;  // [tokens.size()] live-beam index that chose each token
   double log_prob = 0;
 };
@@ -49,12 +48,10 @@ bool better(const Offer& a, const Offer& b) {
 }
 
 // The k most likely tokens of row[V] (finite only), appended to offers for `beam`.
-void top_tokens(const double* row, int64_t V, int64_t k, int64_t beam, double base,
-                std::vector<Offer>& offers) {
+void top_tokens(const double* row, int64_t V, int64_t k, int64_t beam, double base, std::vector<Offer>& offers) {
   std::vector<Offer> mine;  // every finite token of this row
   for (int64_t v = 0; v < V; ++v)
-    if (row[v] != kNegInf && !std::isnan(row[v]))
-      mine.push_back({base + row[v], beam, static_cast<int32_t>(v)});
+    if (row[v] != kNegInf && !std::isnan(row[v])) mine.push_back({base + row[v], beam, static_cast<int32_t>(v)});
   const auto n = std::min<int64_t>(k, static_cast<int64_t>(mine.size()));
   std::partial_sort(mine.begin(), mine.begin() + n, mine.end(), better);
   offers.insert(offers.end(), mine.begin(), mine.begin() + n);
@@ -86,15 +83,14 @@ class Finished {
 
 }  // namespace
 
-BeamSearchResult beam_search_core(BeamModel& model, int64_t vocab_size, int64_t max_tokens,
-                                  const BeamParams& p) {
+BeamSearchResult beam_search_core(BeamModel& model, int64_t vocab_size, int64_t max_tokens, const BeamParams& p) {
   validate(p);
   if (vocab_size < 1) throw std::invalid_argument("beam search: vocab_size must be >= 1");
   if (max_tokens < 1) throw std::invalid_argument("max_tokens must be >= 1");
   const int64_t B = std::max<int64_t>(1, p.beam_size), V = vocab_size;
   std::vector<Hyp> live(1);  // the bare prompt
   Finished finished(p.length_penalty);
-  std::vector<double> lp;    // [n_live, V]
+  std::vector<double> lp;  // [n_live, V]
   BeamSearchResult res;
 
   for (int64_t step = 1; step <= max_tokens && !live.empty(); ++step) {
@@ -141,8 +137,7 @@ BeamSearchResult beam_search_core(BeamModel& model, int64_t vocab_size, int64_t 
     if (live.empty()) break;
     if (p.early_stopping && finished.have()) {
       double best_live = kNegInf;
-      for (const Hyp& h : live)
-        best_live = std::max(best_live, beam_score(h.log_prob, step, p.length_penalty));
+      for (const Hyp& h : live) best_live = std::max(best_live, beam_score(h.log_prob, step, p.length_penalty));
       if (finished.score() >= best_live) break;  // the top-ranked hypothesis has ended
     }
     model.select(parent, token);

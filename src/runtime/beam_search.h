@@ -19,9 +19,9 @@
 namespace tinyloop::runtime {
 
 struct BeamParams {
-  int64_t beam_size = 0;        // 0 or 1: no beam search; >= 2: beam search
+  int64_t beam_size = 0;  // 0 or 1: no beam search; >= 2: beam search
   double length_penalty = 1.0;  // final score = log_prob / max(1, new_len)^length_penalty
-  bool early_stopping = true;   // stop once the top-ranked hypothesis has ended
+  bool early_stopping = true;  // stop once the top-ranked hypothesis has ended
   bool active() const { return beam_size >= 2; }
 };
 
@@ -60,9 +60,9 @@ struct BeamSearchResult {
   // log_probs() row chose it, at that step (lets the glue look up per-step facts, such as
   // the loop depth early exit ran).
   std::vector<int64_t> history;
-  double log_prob = 0;          // its summed log-probability
-  double score = 0;             // beam_score(log_prob, tokens.size(), length_penalty)
-  int64_t steps = 0;            // log_probs() calls made
+  double log_prob = 0;  // its summed log-probability
+  double score = 0;  // beam_score(log_prob, tokens.size(), length_penalty)
+  int64_t steps = 0;  // log_probs() calls made
 };
 
 // Deterministic beam search, Hugging Face's BeamSearchScorer rules with the spec's
@@ -78,19 +78,18 @@ struct BeamSearchResult {
 //    least as high (beam_score) as every live beam; otherwise it runs to max_tokens (or
 //    until no beam is live), which returns the same hypothesis as HF's
 //    early_stopping="never".
-BeamSearchResult beam_search_core(BeamModel& model, int64_t vocab_size, int64_t max_tokens,
-                                  const BeamParams& p);
+BeamSearchResult beam_search_core(BeamModel& model, int64_t vocab_size, int64_t max_tokens, const BeamParams& p);
 
 // ---- the model glue ----
 
 // Peak KV bytes of a beam_generate call, for docs/beam-search.md and its benchmark.
 struct BeamMemory {
-  int64_t prefix_bytes = 0;     // the prompt's KV, shared read-only by every beam
-  int64_t tail_bytes = 0;       // one beam's tail (its generated tokens' KV)
-  int64_t peak_tails = 0;       // most tails alive at once (<= beam_size)
-  int64_t peak_bytes = 0;       // prefix_bytes + peak_tails * tail_bytes
-  int64_t naive_bytes = 0;      // beam_size full caches of prompt + max_tokens (the spec's scheme)
-  int64_t tail_rows_copied = 0; // KV rows (one position, one slot) copied by reorders
+  int64_t prefix_bytes = 0;  // the prompt's KV, shared read-only by every beam
+  int64_t tail_bytes = 0;  // one beam's tail (its generated tokens' KV)
+  int64_t peak_tails = 0;  // most tails alive at once (<= beam_size)
+  int64_t peak_bytes = 0;  // prefix_bytes + peak_tails * tail_bytes
+  int64_t naive_bytes = 0;  // beam_size full caches of prompt + max_tokens (the spec's scheme)
+  int64_t tail_rows_copied = 0;  // KV rows (one position, one slot) copied by reorders
 };
 
 // generate(req) with beam search (p.active()). Validates everything generate() does, with

@@ -30,9 +30,7 @@ namespace tinyloop::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // generate()'s request with the length left to beam_search_core: a beam's decoder ends it
 // on EOS, a stop sequence or the grammar, never on max_tokens.
@@ -50,22 +48,19 @@ void log_softmax(const float* logits, int64_t V, double* out) {
   for (int64_t v = 0; v < V; ++v)
     if (!std::isnan(logits[v])) m = std::max(m, static_cast<double>(logits[v]));
   if (m == kNegInf || std::isinf(m)) {  // all masked (or +inf: degenerate, keep argmax-like)
-    for (int64_t v = 0; v < V; ++v)
-      out[v] = (std::isinf(m) && m > 0 && logits[v] == m) ? 0.0 : kNegInf;
+    for (int64_t v = 0; v < V; ++v) out[v] = (std::isinf(m) && m > 0 && logits[v] == m) ? 0.0 : kNegInf;
     return;
   }
   double sum = 0;
   for (int64_t v = 0; v < V; ++v)
     if (!std::isnan(logits[v])) sum += std::exp(static_cast<double>(logits[v]) - m);
   const double lse = m + std::log(sum);
-  for (int64_t v = 0; v < V; ++v)
-    out[v] = std::isnan(logits[v]) ? kNegInf : static_cast<double>(logits[v]) - lse;
+  for (int64_t v = 0; v < V; ++v) out[v] = std::isnan(logits[v]) ? kNegInf : static_cast<double>(logits[v]) - lse;
 }
 
 class LoopedBeamModel : public BeamModel {
  public:
-  LoopedBeamModel(const Engine& e, const GenerateRequest& req, int64_t loops, int64_t beam_size,
-                  BeamMemory& mem)
+  LoopedBeamModel(const Engine& e, const GenerateRequest& req, int64_t loops, int64_t beam_size, BeamMemory& mem)
       : e_(e), c_(e.config()), req_(req), loops_(loops), mem_(mem), scratch_(e.model()) {
     const auto P = static_cast<int64_t>(req.prompt.size());
     // Early exit's latest rule lives in cache slots, so it always decodes with a cache (as
@@ -75,8 +70,8 @@ class LoopedBeamModel : public BeamModel {
     cached_ = !e.kv_cache_disabled() || req.early_exit.enabled() || shared_groups;
     draw_ = resolve_state_draw(c_, req.seed, req.init_scale);  // every beam: one sequence's state
     if (cached_) {
-      prefix_ = std::make_unique<model::KvCache>(c_, loops, P, req.cache_window, e.kv_dtype(),
-                                                 &e.model().memory(), 0, req.kv_loop_slots);
+      prefix_ = std::make_unique<model::KvCache>(c_, loops, P, req.cache_window, e.kv_dtype(), &e.model().memory(), 0,
+                                                 req.kv_loop_slots);
       prefix_->set_state_draw(draw_);
       e.model().forward(req.prompt.data(), P, *prefix_, model::LogitRows::Last, prompt_logits_, loops);
       tail_rows_ = std::max<int64_t>(1, req.max_tokens - 1);  // the last token is never decoded
@@ -85,7 +80,8 @@ class LoopedBeamModel : public BeamModel {
       mem_.prefix_bytes = per_row * P;
       mem_.tail_bytes = per_row * tail_rows_;
       const int64_t total = P + req.max_tokens, W = req.cache_window;
-      const int64_t naive_rows = (W > 0 && W < total - model::KvCache::kWindowSlack) ? W + model::KvCache::kWindowSlack : total;
+      const int64_t naive_rows =
+          (W > 0 && W < total - model::KvCache::kWindowSlack) ? W + model::KvCache::kWindowSlack : total;
       mem_.naive_bytes = beam_size * per_row * naive_rows;
       mem_.peak_bytes = mem_.prefix_bytes;
     } else {
@@ -197,9 +193,9 @@ class LoopedBeamModel : public BeamModel {
 
  private:
   struct Beam {
-    std::vector<int32_t> tokens;          // generated so far; the last is not yet in `tail`
-    SequenceDecoder dec;                  // penalty set, grammar state, stop rules after `tokens`
-    std::unique_ptr<model::KvCache> tail; // K/V of tokens[0 .. n-2] (null: bare prompt / uncached)
+    std::vector<int32_t> tokens;  // generated so far; the last is not yet in `tail`
+    SequenceDecoder dec;  // penalty set, grammar state, stop rules after `tokens`
+    std::unique_ptr<model::KvCache> tail;  // K/V of tokens[0 .. n-2] (null: bare prompt / uncached)
   };
 
   std::unique_ptr<model::KvCache> new_tail() {
@@ -225,7 +221,7 @@ class LoopedBeamModel : public BeamModel {
   bool cached_ = true;
   int64_t tail_rows_ = 1;
   std::unique_ptr<model::KvCache> prefix_;  // the prompt's K/V, read-only once prefilled
-  std::vector<float> prompt_logits_;        // [V] after the prompt
+  std::vector<float> prompt_logits_;  // [V] after the prompt
   std::vector<Beam> beams_;
   std::vector<std::vector<int64_t>> depth_log_;  // [step][beam] loop depth of each row
 };

@@ -81,16 +81,16 @@ FnModel::Fn random_rows(int64_t V, uint64_t seed) {
   };
 }
 
-BeamSearchResult run(FnModel::Fn fn, int64_t V, std::vector<int32_t> enders, int64_t max_tokens,
-                     int64_t B, double lp, bool early) {
+BeamSearchResult run(FnModel::Fn fn, int64_t V, std::vector<int32_t> enders, int64_t max_tokens, int64_t B, double lp,
+                     bool early) {
   FnModel m(V, std::move(fn), std::move(enders));
   return beam_search_core(m, V, max_tokens, BeamParams{B, lp, early});
 }
 
 // Independent exhaustive search: every sequence that ends (an ender token) at or before
 // max_tokens, or runs to max_tokens; best score, ties to the first in enumeration order.
-void exhaustive(const FnModel::Fn& fn, int64_t V, int32_t eos, int64_t max_tokens, double lp,
-                Seq& prefix, double logp, Seq& best, double& best_score) {
+void exhaustive(const FnModel::Fn& fn, int64_t V, int32_t eos, int64_t max_tokens, double lp, Seq& prefix, double logp,
+                Seq& best, double& best_score) {
   const auto row = fn(prefix);
   for (int32_t v = 0; v < V; ++v) {
     prefix.push_back(v);
@@ -129,8 +129,8 @@ TEST(BeamCore, LengthPenaltyChoosesBetweenShortAndLong) {
   // [EOS]: log 0.4 = -0.916.  [a EOS]: log 0.3 = -1.204, per token -0.602.
   // [a a EOS]: log 0.3 = -1.204, / 3 = -0.401.
   auto fn = table({{{}, {0.4, 0.6}}, {{1}, {0.5, 0.5}}, {{1, 1}, {1.0, 0.0}}});
-  EXPECT_EQ(run(fn, 2, {0}, 3, 2, 0.0, false).tokens, (Seq{0}));         // -0.916 wins
-  EXPECT_EQ(run(fn, 2, {0}, 3, 2, 1.0, false).tokens, (Seq{1, 1, 0}));   // -0.401 wins
+  EXPECT_EQ(run(fn, 2, {0}, 3, 2, 0.0, false).tokens, (Seq{0}));  // -0.916 wins
+  EXPECT_EQ(run(fn, 2, {0}, 3, 2, 1.0, false).tokens, (Seq{1, 1, 0}));  // -0.401 wins
   // lp = 0.5: [EOS] -0.916, [a EOS] -1.204/1.414 = -0.851, [a a EOS] -1.204/1.732 = -0.695.
   EXPECT_EQ(run(fn, 2, {0}, 3, 2, 0.5, false).tokens, (Seq{1, 1, 0}));
   // lp = 0.2: -0.916 vs -1.204/1.149 = -1.048 vs -1.204/1.246 = -0.966: [EOS] wins.
@@ -181,8 +181,8 @@ TEST(BeamCore, NoEndersRunsToMaxTokensAndMaskedRowsEndABeam) {
   EXPECT_EQ(r.tokens, best);
   EXPECT_EQ(r.tokens.size(), 3u);
   // A row with nothing allowed ends that beam as it is (grammar: full match, no EOS).
-  auto fn2 = table({{{}, {0.0, 0.7, 0.3}}, {{1}, {0, 0, 0}}, {{2}, {0, 0.5, 0.5}},
-                    {{2, 1}, {0, 0, 0}}, {{2, 2}, {0, 0, 0}}});
+  auto fn2 =
+      table({{{}, {0.0, 0.7, 0.3}}, {{1}, {0, 0, 0}}, {{2}, {0, 0.5, 0.5}}, {{2, 1}, {0, 0, 0}}, {{2, 2}, {0, 0, 0}}});
   EXPECT_EQ(run(fn2, 3, {}, 5, 2, 0.0, false).tokens, (Seq{1}));
 }
 

@@ -43,8 +43,7 @@ bool SequenceDecoder::process(float* logits) const {
   // Order (docs/generation.md "The decode loop"): penalty -> grammar mask -> (the strategy's own step).
   if (sampling_.repetition_penalty != 1.0f)
     apply_repetition_penalty(logits, c_.vocab_size, seen_, sampling_.repetition_penalty);
-  apply_presence_frequency(logits, c_.vocab_size, out_counts_, sampling_.presence_penalty,
-                           sampling_.frequency_penalty);
+  apply_presence_frequency(logits, c_.vocab_size, out_counts_, sampling_.presence_penalty, sampling_.frequency_penalty);
   return grammar_.mask(logits);
 }
 
@@ -65,8 +64,7 @@ bool SequenceDecoder::would_end(const std::vector<int32_t>& more) const {
   if (stop_at_eos_ && is_eos(more.back())) return true;
   if (stops_.empty()) return false;
   // Only the match window of the tail matters.
-  std::vector<int32_t> tail(emitted_.end() - int64_t(std::min(emitted_.size(), stops_.max_length())),
-                            emitted_.end());
+  std::vector<int32_t> tail(emitted_.end() - int64_t(std::min(emitted_.size(), stops_.max_length())), emitted_.end());
   tail.insert(tail.end(), more.begin(), more.end());
   return stops_.matches(tail);
 }

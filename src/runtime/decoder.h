@@ -64,7 +64,7 @@ class SequenceDecoder {
   Rng rng_;
   GrammarCursor grammar_;
   std::vector<uint8_t> seen_mark_;  // [V] 1 = in prompt + output
-  std::vector<int32_t> seen_;       // distinct ids of prompt + output (the penalty's set)
+  std::vector<int32_t> seen_;  // distinct ids of prompt + output (the penalty's set)
   std::unordered_map<int32_t, int32_t> out_counts_;  // id -> times emitted (the penalties' counts)
   int top_logprobs_ = -1;
   std::optional<TokenLogprobs> pending_logprobs_;  // of the token choose() returned last

@@ -22,14 +22,13 @@ void check_shallow_deep(int64_t shallow_loops, int64_t deep_loops) {
   check_loops(shallow_loops, "shallow_loops");
   check_loops(deep_loops, "deep_loops");
   if (deep_loops < shallow_loops)
-    throw std::invalid_argument("deep_loops must be >= shallow_loops (" + std::to_string(shallow_loops) +
-                                "), got " + std::to_string(deep_loops));
+    throw std::invalid_argument("deep_loops must be >= shallow_loops (" + std::to_string(shallow_loops) + "), got " +
+                                std::to_string(deep_loops));
 }
 
 // The prompt checks of Engine::score, and a float32 cache with slots for `loops` iterations
 // (float32 K/V: nothing is kept, so nothing is rounded, exactly as score() does).
-std::unique_ptr<model::KvCache> scoring_cache(const Engine& e, const std::vector<int32_t>& ids,
-                                              int64_t loops) {
+std::unique_ptr<model::KvCache> scoring_cache(const Engine& e, const std::vector<int32_t>& ids, int64_t loops) {
   e.check_tokens(ids);
   const auto T = static_cast<int64_t>(ids.size());
   e.check_length(T, 0);
@@ -49,8 +48,7 @@ void log_softmax(const float* z, int64_t V, std::vector<double>& out) {
 
 }  // namespace
 
-std::vector<float> score_logit_lens(const Engine& e, const std::vector<int32_t>& ids,
-                                    std::optional<int64_t> loops) {
+std::vector<float> score_logit_lens(const Engine& e, const std::vector<int32_t>& ids, std::optional<int64_t> loops) {
   const int64_t L = e.resolve_loops(loops);
   auto kv = scoring_cache(e, ids, L);
   const auto T = static_cast<int64_t>(ids.size());
@@ -64,8 +62,8 @@ std::vector<float> score_logit_lens(const Engine& e, const std::vector<int32_t>&
   return out;
 }
 
-Trajectory score_trajectory(const Engine& e, const std::vector<int32_t>& ids,
-                            std::optional<int64_t> loops, const std::optional<model::StateDraw>& draw) {
+Trajectory score_trajectory(const Engine& e, const std::vector<int32_t>& ids, std::optional<int64_t> loops,
+                            const std::optional<model::StateDraw>& draw) {
   const int64_t L = e.resolve_loops(loops);
   auto kv = scoring_cache(e, ids, L);
   if (draw) kv->set_state_draw(*draw);
@@ -80,21 +78,20 @@ Trajectory score_trajectory(const Engine& e, const std::vector<int32_t>& ids,
   tr.iterations.resize(L * T * D);
   while (run.done() < L) {
     run.step();
-    std::memcpy(tr.iterations.data() + (run.done() - 1) * T * D, run.state().data(),
-                sizeof(float) * T * D);
+    std::memcpy(tr.iterations.data() + (run.done() - 1) * T * D, run.state().data(), sizeof(float) * T * D);
   }
   return tr;
 }
 
-Uncertainty score_with_uncertainty(const Engine& e, const std::vector<int32_t>& ids,
-                                   int64_t shallow_loops, int64_t deep_loops) {
+Uncertainty score_with_uncertainty(const Engine& e, const std::vector<int32_t>& ids, int64_t shallow_loops,
+                                   int64_t deep_loops) {
   check_shallow_deep(shallow_loops, deep_loops);
   auto kv = scoring_cache(e, ids, deep_loops);
   const auto T = static_cast<int64_t>(ids.size());
   const int64_t V = e.config().vocab_size;
   Uncertainty u;
   u.shallow_logits.resize(T * V);  // [T, V]
-  u.deep_logits.resize(T * V);     // [T, V]
+  u.deep_logits.resize(T * V);  // [T, V]
   LoopRun run(e.model(), *kv, ids.data(), T);
   run.run_to(shallow_loops);
   run.read_out(model::LogitRows::All, u.shallow_logits.data());
@@ -115,21 +112,20 @@ Uncertainty score_with_uncertainty(const Engine& e, const std::vector<int32_t>& 
   return u;
 }
 
-Consistency score_with_consistency(const Engine& e, const std::vector<int32_t>& ids,
-                                   int64_t shallow_loops, int64_t deep_loops,
-                                   std::optional<int64_t> escalate_loops) {
+Consistency score_with_consistency(const Engine& e, const std::vector<int32_t>& ids, int64_t shallow_loops,
+                                   int64_t deep_loops, std::optional<int64_t> escalate_loops) {
   check_shallow_deep(shallow_loops, deep_loops);
   const int64_t esc = escalate_loops.value_or(2 * deep_loops);
   if (esc < deep_loops)
-    throw std::invalid_argument("escalate_loops must be >= deep_loops (" + std::to_string(deep_loops) +
-                                "), got " + std::to_string(esc));
+    throw std::invalid_argument("escalate_loops must be >= deep_loops (" + std::to_string(deep_loops) + "), got " +
+                                std::to_string(esc));
   auto kv = scoring_cache(e, ids, esc);
   const auto T = static_cast<int64_t>(ids.size());
   const int64_t V = e.config().vocab_size;
   Consistency c;
   c.escalate_loops = esc;
   std::vector<float> shallow(T * V);  // [T, V]
-  c.logits.resize(T * V);             // [T, V]
+  c.logits.resize(T * V);  // [T, V]
   LoopRun run(e.model(), *kv, ids.data(), T);
   run.run_to(shallow_loops);
   run.read_out(model::LogitRows::All, shallow.data());

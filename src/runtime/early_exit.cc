@@ -12,16 +12,13 @@ namespace tinyloop::runtime {
 void validate(const EarlyExitParams& p) {
   if (p.patience < 0)
     throw std::invalid_argument("early_exit_patience must be >= 0, got " + std::to_string(p.patience));
-  if (p.min_L < 1)
-    throw std::invalid_argument("early_exit_min_L must be >= 1, got " + std::to_string(p.min_L));
+  if (p.min_L < 1) throw std::invalid_argument("early_exit_min_L must be >= 1, got " + std::to_string(p.min_L));
   if (p.peek_every < 1)
-    throw std::invalid_argument("early_exit_peek_every must be >= 1, got " +
-                                std::to_string(p.peek_every));
+    throw std::invalid_argument("early_exit_peek_every must be >= 1, got " + std::to_string(p.peek_every));
   if (!(p.tau >= 0))  // also rejects NaN
     throw std::invalid_argument("early_exit_tau must be >= 0, got " + std::to_string(p.tau));
   if (!(p.logit_margin >= 0))
-    throw std::invalid_argument("early_exit_logit_margin must be >= 0, got " +
-                                std::to_string(p.logit_margin));
+    throw std::invalid_argument("early_exit_logit_margin must be >= 0, got " + std::to_string(p.logit_margin));
 }
 
 void fill_skipped_slots(model::KvCache& kv, int64_t done, int64_t loops, int64_t p) {
@@ -59,9 +56,8 @@ double top_gap(const float* logits, int64_t V) {
   return top1 - top2;
 }
 
-int64_t decode_step_early_exit(const model::LoopedModel& m, model::KvCache& kv, int32_t token,
-                               int64_t loops, const EarlyExitParams& p,
-                               std::vector<float>& logits) {
+int64_t decode_step_early_exit(const model::LoopedModel& m, model::KvCache& kv, int32_t token, int64_t loops,
+                               const EarlyExitParams& p, std::vector<float>& logits) {
   // One part of the batched step: the probes, the stop and the latest rule live there.
   StepScratch scratch(m);
   std::vector<StepPart> parts(1);

@@ -21,18 +21,16 @@
 namespace tinyloop::runtime {
 
 struct EarlyExitParams {
-  int64_t patience = 0;        // consecutive stable probes to stop; 0 disables early exit
-  int64_t min_L = 2;           // iterations before the first probe (>= 1)
-  double tau = 1e-3;           // hidden-L2 threshold on rho (>= 0)
-  int64_t peek_every = 1;      // iterations between probes after min_L (>= 1)
-  double logit_margin = 0.0;   // > 0 selects logit-margin mode (>= 0)
+  int64_t patience = 0;  // consecutive stable probes to stop; 0 disables early exit
+  int64_t min_L = 2;  // iterations before the first probe (>= 1)
+  double tau = 1e-3;  // hidden-L2 threshold on rho (>= 0)
+  int64_t peek_every = 1;  // iterations between probes after min_L (>= 1)
+  double logit_margin = 0.0;  // > 0 selects logit-margin mode (>= 0)
   bool enabled() const { return patience > 0; }
   bool margin_mode() const { return logit_margin > 0; }
   // True when a probe runs after n iterations of a token decoded at `loops`: n = min_L,
   // min_L + peek_every, ... and n < loops (stopping at loops saves nothing).
-  bool probes_at(int64_t n, int64_t loops) const {
-    return n < loops && n >= min_L && (n - min_L) % peek_every == 0;
-  }
+  bool probes_at(int64_t n, int64_t loops) const { return n < loops && n >= min_L && (n - min_L) % peek_every == 0; }
 };
 
 // Throws std::invalid_argument naming the kwarg ("early_exit_patience", "early_exit_min_L",
@@ -48,9 +46,8 @@ void fill_skipped_slots(model::KvCache& kv, int64_t done, int64_t loops, int64_t
 // Decodes one token (position kv.length()) at up to `loops` iterations with probes, writes
 // logits[V] and advances kv by one. Returns the iterations actually run (1 .. loops).
 // With no exit it performs exactly forward(token, 1, kv, Last, logits, loops), bit for bit.
-int64_t decode_step_early_exit(const model::LoopedModel& m, model::KvCache& kv, int32_t token,
-                               int64_t loops, const EarlyExitParams& p,
-                               std::vector<float>& logits);
+int64_t decode_step_early_exit(const model::LoopedModel& m, model::KvCache& kv, int32_t token, int64_t loops,
+                               const EarlyExitParams& p, std::vector<float>& logits);
 
 // Teacher-forced early exit, for quality measurements (perplexity) and tests: prefill
 // ids[0:prefill_len] at full depth (engine KV mode, no window), then feed the remaining ids
@@ -58,7 +55,7 @@ int64_t decode_step_early_exit(const model::LoopedModel& m, model::KvCache& kv, 
 // predicts the token after ids[prefill_len - 1 + r]; depths[r]: iterations behind row r
 // (row 0 comes from the prefill). patience 0 gives plain cached decoding.
 struct StepwiseExit {
-  std::vector<float> logits;    // [T - prefill_len + 1, V]
+  std::vector<float> logits;  // [T - prefill_len + 1, V]
   std::vector<int64_t> depths;  // [T - prefill_len + 1]
 };
 StepwiseExit early_exit_stepwise(const Engine& e, const std::vector<int32_t>& ids, int64_t prefill_len,

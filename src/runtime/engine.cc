@@ -19,11 +19,9 @@ ops::KvDType parse_kv_mode(const std::optional<std::string>& mode) {
   if (m.empty()) {
     // docs/kv-cache.md "Storage modes": TINYLOOP_KV_H_MODE selects store-h, whose precision is fp16 unless
     // TINYLOOP_KV_INT8 / TINYLOOP_KV_INT4 say otherwise; int4 exists only as store-h.
-    const bool h = env_flag("TINYLOOP_KV_H_MODE"), i8 = env_flag("TINYLOOP_KV_INT8"),
-               i4 = env_flag("TINYLOOP_KV_INT4");
+    const bool h = env_flag("TINYLOOP_KV_H_MODE"), i8 = env_flag("TINYLOOP_KV_INT8"), i4 = env_flag("TINYLOOP_KV_INT4");
     if (i4 && !h)
-      throw std::invalid_argument(
-          "TINYLOOP_KV_INT4 needs TINYLOOP_KV_H_MODE=1 (int4 KV exists only as store-h)");
+      throw std::invalid_argument("TINYLOOP_KV_INT4 needs TINYLOOP_KV_H_MODE=1 (int4 KV exists only as store-h)");
     if (h) m = i4 ? "h_int4" : i8 ? "h_int8" : "h_fp16";
     else m = i8 ? "int8" : env_flag("TINYLOOP_KV_FP32") ? "fp32" : "fp16";
   }
@@ -33,8 +31,8 @@ ops::KvDType parse_kv_mode(const std::optional<std::string>& mode) {
   if (m == "h_fp16") return ops::KvDType::H16;
   if (m == "h_int8") return ops::KvDType::H8;
   if (m == "h_int4") return ops::KvDType::H4;
-  throw std::invalid_argument(
-      "kv_mode must be 'fp16', 'fp32', 'int8', 'h_fp16', 'h_int8' or 'h_int4', got '" + m + "'");
+  throw std::invalid_argument("kv_mode must be 'fp16', 'fp32', 'int8', 'h_fp16', 'h_int8' or 'h_int4', got '" + m +
+                              "'");
 }
 
 // The kwarg, else TINYLOOP_QUANT_ACTIVATIONS, else "q8" when the file holds int8 / int4
@@ -78,13 +76,13 @@ Engine::Engine(const std::string& path, const EngineOptions& opts) {
                                 std::to_string(max_seq_len_));
   if (c.pos_encoding == PosEncoding::Learned && max_seq_len_ > c.max_seq_len)
     throw std::invalid_argument("max_seq_len " + std::to_string(max_seq_len_) +
-                                " exceeds the model's learned position table (" +
-                                std::to_string(c.max_seq_len) + " rows)");
+                                " exceeds the model's learned position table (" + std::to_string(c.max_seq_len) +
+                                " rows)");
 }
 
 double Engine::memory_mb() const {
-  const double bytes = static_cast<double>(model_->weights().bytes) +
-                       static_cast<double>(model_->memory().live_bytes.load());
+  const double bytes =
+      static_cast<double>(model_->weights().bytes) + static_cast<double>(model_->memory().live_bytes.load());
   return bytes / (1024.0 * 1024.0);
 }
 
@@ -100,9 +98,8 @@ void Engine::check_tokens(const std::vector<int32_t>& ids, const char* what) con
   const int64_t V = config().vocab_size;
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= V)
-      throw std::invalid_argument(std::string(what) + ": token id " + std::to_string(ids[i]) +
-                                  " at index " + std::to_string(i) + " is outside [0, " +
-                                  std::to_string(V) + ")");
+      throw std::invalid_argument(std::string(what) + ": token id " + std::to_string(ids[i]) + " at index " +
+                                  std::to_string(i) + " is outside [0, " + std::to_string(V) + ")");
 }
 
 void Engine::check_loop_slots(int64_t loop_slots) const {
@@ -125,19 +122,17 @@ std::string Engine::kv_mode() const {
 void Engine::check_length(int64_t prompt_len, int64_t max_tokens) const {
   if (prompt_len > max_seq_len_ || max_tokens > max_seq_len_ - prompt_len)
     throw std::runtime_error("prompt length " + std::to_string(prompt_len) + " + max_tokens " +
-                             std::to_string(max_tokens) + " exceeds max_seq_len " +
-                             std::to_string(max_seq_len_));
+                             std::to_string(max_tokens) + " exceeds max_seq_len " + std::to_string(max_seq_len_));
 }
 
-std::unique_ptr<model::KvCache> Engine::new_cache(int64_t loops, int64_t total_len,
-                                                  int64_t window, ops::KvDType dtype,
+std::unique_ptr<model::KvCache> Engine::new_cache(int64_t loops, int64_t total_len, int64_t window, ops::KvDType dtype,
                                                   int64_t loop_slots, int64_t block_rows) const {
-  return std::make_unique<model::KvCache>(config(), loops, total_len, window, dtype,
-                                          &model_->memory(), 0, loop_slots, nullptr, 0, block_rows);
+  return std::make_unique<model::KvCache>(config(), loops, total_len, window, dtype, &model_->memory(), 0, loop_slots,
+                                          nullptr, 0, block_rows);
 }
 
-std::vector<float> Engine::score_rows(const std::vector<int32_t>& ids,
-                                      std::optional<int64_t> loops, model::LogitRows rows) const {
+std::vector<float> Engine::score_rows(const std::vector<int32_t>& ids, std::optional<int64_t> loops,
+                                      model::LogitRows rows) const {
   check_tokens(ids);
   const int64_t L = resolve_loops(loops), T = static_cast<int64_t>(ids.size());
   check_length(T, 0);
@@ -147,24 +142,21 @@ std::vector<float> Engine::score_rows(const std::vector<int32_t>& ids,
   return logits;
 }
 
-std::vector<float> Engine::score(const std::vector<int32_t>& ids,
-                                 std::optional<int64_t> loops) const {
+std::vector<float> Engine::score(const std::vector<int32_t>& ids, std::optional<int64_t> loops) const {
   return score_rows(ids, loops, model::LogitRows::All);
 }
 
-std::vector<float> Engine::score_last(const std::vector<int32_t>& ids,
-                                      std::optional<int64_t> loops) const {
+std::vector<float> Engine::score_last(const std::vector<int32_t>& ids, std::optional<int64_t> loops) const {
   return score_rows(ids, loops, model::LogitRows::Last);
 }
 
 std::vector<float> Engine::stepwise_logits(const std::vector<int32_t>& ids, int64_t prefill_len,
-                                           std::optional<int64_t> loops,
-                                           int64_t cache_window, int64_t loop_slots) const {
+                                           std::optional<int64_t> loops, int64_t cache_window,
+                                           int64_t loop_slots) const {
   check_tokens(ids, "ids");
   const int64_t L = resolve_loops(loops), T = static_cast<int64_t>(ids.size());
   const int64_t V = config().vocab_size;
-  if (prefill_len < 1 || prefill_len > T)
-    throw std::invalid_argument("prefill_len must be in [1, len(ids)]");
+  if (prefill_len < 1 || prefill_len > T) throw std::invalid_argument("prefill_len must be in [1, len(ids)]");
   if (cache_window < 0) throw std::invalid_argument("cache_window must be >= 0");
   check_loop_slots(loop_slots);
   std::vector<float> out, logits;

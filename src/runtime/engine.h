@@ -66,18 +66,16 @@ class Engine {
   // token at a time (or, on the uncached path, re-run the whole prefix each step), in the
   // model's KV mode and window. Returns logits [T - prefill_len + 1, V]: row r predicts the
   // token after ids[prefill_len - 1 + r].
-  std::vector<float> stepwise_logits(const std::vector<int32_t>& ids, int64_t prefill_len,
-                                     std::optional<int64_t> loops, int64_t cache_window,
-                                     int64_t loop_slots = 0) const;
+  std::vector<float> stepwise_logits(const std::vector<int32_t>& ids, int64_t prefill_len, std::optional<int64_t> loops,
+                                     int64_t cache_window, int64_t loop_slots = 0) const;
 
   // A KV cache for one sequence that will reach `total_len` positions (a private block pool;
   // with a window it holds about window + KvCache::kWindowSlack positions at once).
   // loop_slots: the recurrence-shared mode's slot groups (model::SlotLayout; 0 = exact).
   // block_rows: see model::KvCache (0 = the default; caches that will share blocks need the
   // same value).
-  std::unique_ptr<model::KvCache> new_cache(int64_t loops, int64_t total_len, int64_t window,
-                                            ops::KvDType dtype, int64_t loop_slots = 0,
-                                            int64_t block_rows = 0) const;
+  std::unique_ptr<model::KvCache> new_cache(int64_t loops, int64_t total_len, int64_t window, ops::KvDType dtype,
+                                            int64_t loop_slots = 0, int64_t block_rows = 0) const;
 
  private:
   // One scoring forward with float32 K/V, logits of every row or the last.

@@ -19,7 +19,7 @@ namespace {
 
 ModelConfig config() {
   ModelConfig c = testing::small_runtime_config();
-  c.ffn_dim = 70;            // not a multiple of the 64-column panel
+  c.ffn_dim = 70;  // not a multiple of the 64-column panel
   c.inject = Inject::LinearConcat;
   return c;
 }

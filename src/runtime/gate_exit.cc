@@ -23,8 +23,10 @@ const char* gate_mode_name(ExitGateMode m) {
 ExitGateMode parse_gate_mode(const std::string& name) {
   for (ExitGateMode m : {ExitGateMode::Off, ExitGateMode::Threshold, ExitGateMode::Step, ExitGateMode::Weighted})
     if (name == gate_mode_name(m)) return m;
-  throw std::invalid_argument("exit_gate must be one of 'off', 'threshold', 'step', 'weighted' (or None for "
-                              "the model file's default), got '" + name + "'");
+  throw std::invalid_argument(
+      "exit_gate must be one of 'off', 'threshold', 'step', 'weighted' (or None for "
+      "the model file's default), got '" +
+      name + "'");
 }
 
 void validate(const GateExitRequest& r) {
@@ -46,9 +48,10 @@ GateExitParams resolve_gate(const ModelConfig& c, const GateExitRequest& r, cons
   const bool explicit_off = r.mode && *r.mode == ExitGateMode::Off;
   if (!c.exit_gate) {
     if (r.any() && !explicit_off)
-      throw std::invalid_argument("exit_gate: this model has no exit gate (config exit_gate is false); "
-                                  "exit_gate, exit_gate_threshold and exit_gate_step apply to Ouro-style "
-                                  "models only");
+      throw std::invalid_argument(
+          "exit_gate: this model has no exit gate (config exit_gate is false); "
+          "exit_gate, exit_gate_threshold and exit_gate_step apply to Ouro-style "
+          "models only");
     return {};
   }
   GateExitParams g;
@@ -60,24 +63,26 @@ GateExitParams resolve_gate(const ModelConfig& c, const GateExitRequest& r, cons
   if (ee.enabled()) {
     // The file's default yields to an explicit early exit; two explicit criteria would fight.
     if (!r.mode) return {};
-    throw std::invalid_argument("exit_gate: cannot be combined with early_exit_patience > 0 (two exit "
-                                "criteria); pass exit_gate='off' or early_exit_patience=0");
+    throw std::invalid_argument(
+        "exit_gate: cannot be combined with early_exit_patience > 0 (two exit "
+        "criteria); pass exit_gate='off' or early_exit_patience=0");
   }
   if (g.mode == ExitGateMode::Step && g.step < 1)
     throw std::invalid_argument("exit_gate_step must be given (>= 1) with exit_gate='step'");
   if (c.n_post_blocks > 0)
-    throw std::invalid_argument("exit_gate: not supported on a model with post blocks (an exited token's "
-                                "post-block K/V is not defined by Ouro's reference)");
+    throw std::invalid_argument(
+        "exit_gate: not supported on a model with post blocks (an exited token's "
+        "post-block K/V is not defined by Ouro's reference)");
   return g;
 }
 
 void refuse_file_gate(const ModelConfig& c, const std::string& what) {
   if (!c.exit_gate || c.exit_gate_mode == ExitGateMode::Off) return;
   if (c.exit_gate_mode == ExitGateMode::Threshold && c.exit_gate_threshold >= 1.0) return;
-  throw std::invalid_argument(
-      std::string("exit_gate_mode: this model file's exit gate rule ('") + gate_mode_name(c.exit_gate_mode) +
-      "') is not supported by " + what + ", which run every loop; use generate / generate_stream / "
-      "tl.Engine, which apply it (docs/loop-depth.md \"Exit gate\")");
+  throw std::invalid_argument(std::string("exit_gate_mode: this model file's exit gate rule ('") +
+                              gate_mode_name(c.exit_gate_mode) + "') is not supported by " + what +
+                              ", which run every loop; use generate / generate_stream / "
+                              "tl.Engine, which apply it (docs/loop-depth.md \"Exit gate\")");
 }
 
 float GateTracker::observe(float gate_logit, int64_t loops) {
@@ -110,8 +115,8 @@ float gate_logit(const model::LoopedModel& m, const float* state) {
   return y;
 }
 
-std::vector<float> score_exit_gate(const Engine& e, const std::vector<int32_t>& ids,
-                                   std::optional<int64_t> loops, const GateExitParams& g) {
+std::vector<float> score_exit_gate(const Engine& e, const std::vector<int32_t>& ids, std::optional<int64_t> loops,
+                                   const GateExitParams& g) {
   e.check_tokens(ids);
   const int64_t L = e.resolve_loops(loops), T = static_cast<int64_t>(ids.size());
   const int64_t D = e.config().dim, V = e.config().vocab_size;
@@ -120,7 +125,7 @@ std::vector<float> score_exit_gate(const Engine& e, const std::vector<int32_t>& 
   LoopRun run(e.model(), *kv, ids.data(), T);
   std::vector<GateTracker> gates(static_cast<size_t>(T));
   std::vector<char> decided(static_cast<size_t>(T), 0);  // a selecting mode has picked the row
-  std::vector<float> weight(static_cast<size_t>(T));      // [T] p_t of this step
+  std::vector<float> weight(static_cast<size_t>(T));  // [T] p_t of this step
   std::vector<float> out(static_cast<size_t>(T * V), 0.0f);  // [T, V]
   std::vector<float> step_logits(static_cast<size_t>(T * V));  // [T, V]
   for (int64_t t = 1; t <= L; ++t) {

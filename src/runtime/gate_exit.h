@@ -98,7 +98,7 @@ float gate_logit(const model::LoopedModel& m, const float* state);
 
 // score() under the gate: every position's logits [T, V] by the rule, from one forward that
 // runs all L iterations over the prompt (as the reference does) on a float32 cache.
-std::vector<float> score_exit_gate(const Engine& e, const std::vector<int32_t>& ids,
-                                   std::optional<int64_t> loops, const GateExitParams& g);
+std::vector<float> score_exit_gate(const Engine& e, const std::vector<int32_t>& ids, std::optional<int64_t> loops,
+                                   const GateExitParams& g);
 
 }  // namespace tinyloop::runtime

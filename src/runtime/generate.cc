@@ -13,9 +13,7 @@ namespace tinyloop::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // Produces next-token logits for the growing sequence through run_step (the serving
 // engine's step, here with one part), cached or uncached.
@@ -25,8 +23,8 @@ class LogitSource {
   // the uncached reference path (TINYLOOP_DISABLE_KV_CACHE) does not keep.
   // The recurrence-shared mode (loop_slots) is defined by what the cache keeps, so it
   // always keeps one too.
-  LogitSource(const Engine& e, int64_t loops, int64_t total_len, int64_t window, bool need_cache,
-              int64_t loop_slots, const model::StateDraw& draw)
+  LogitSource(const Engine& e, int64_t loops, int64_t total_len, int64_t window, bool need_cache, int64_t loop_slots,
+              const model::StateDraw& draw)
       : e_(e), loops_(loops), window_(window), draw_(draw), scratch_(e.model()) {
     if (loop_slots > 0 && loop_slots < loops) need_cache = true;
     if (need_cache || !e.kv_cache_disabled()) {
@@ -36,8 +34,7 @@ class LogitSource {
   }
   // A sequence whose prompt a caller already put into kv (warm-start resume, prefix cache).
   LogitSource(const Engine& e, int64_t loops, std::unique_ptr<model::KvCache> kv)
-      : e_(e), loops_(loops), window_(kv->window()), draw_(kv->state_draw()), kv_(std::move(kv)),
-        scratch_(e.model()) {}
+      : e_(e), loops_(loops), window_(kv->window()), draw_(kv->state_draw()), kv_(std::move(kv)), scratch_(e.model()) {}
 
   // One decode step for ids.back() (the only id not yet in the cache): logits[V] after ids.
   // Returns the iterations it ran (fewer than loops only when early exit stops it).
@@ -63,8 +60,7 @@ class LogitSource {
   // logits[V] after `ids`, of which the last `n_new` are not yet in the cache (the prompt):
   // one step per chunk the cache allows (LoopedModel::max_chunk), prefill never exits early.
   // The gate picks the last row's logits (all iterations run: prompts never stop early).
-  void next(const std::vector<int32_t>& ids, int64_t n_new, const GateExitParams& gate,
-            std::vector<float>& logits) {
+  void next(const std::vector<int32_t>& ids, int64_t n_new, const GateExitParams& gate, std::vector<float>& logits) {
     const int64_t T = static_cast<int64_t>(ids.size());
     std::unique_ptr<model::KvCache> fresh;
     model::KvCache* kv = kv_.get();
@@ -97,9 +93,9 @@ class LogitSource {
 
 // The decode loop shared by generate() and generate_after_prefill(): `logits` [V] follow
 // the prompt, which `source` already holds. Sampling and stopping: SequenceDecoder.
-GenerateResult decode(const Engine& engine, const GenerateRequest& req, int64_t loops,
-                      LogitSource& source, std::vector<float> logits, Clock::time_point t0,
-                      double prefill_ms, const GateExitParams& gate, const TokenCallback& on_token) {
+GenerateResult decode(const Engine& engine, const GenerateRequest& req, int64_t loops, LogitSource& source,
+                      std::vector<float> logits, Clock::time_point t0, double prefill_ms, const GateExitParams& gate,
+                      const TokenCallback& on_token) {
   SequenceDecoder dec(engine.config(), req);
   GenerateResult res;
   res.prefill_ms = prefill_ms;
@@ -134,8 +130,7 @@ GenerateResult decode(const Engine& engine, const GenerateRequest& req, int64_t 
 
 void validate(const Engine& e, const GenerateRequest& r) {
   e.check_tokens(r.prompt);
-  if (r.max_tokens < 1)
-    throw std::invalid_argument("max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
+  if (r.max_tokens < 1) throw std::invalid_argument("max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
   e.resolve_loops(r.loops);
   e.check_loop_slots(r.kv_loop_slots);
   validate(r.sampling);
@@ -159,15 +154,14 @@ double GenerateResult::mean_loops() const {
   return sum / static_cast<double>(loops_per_token.size());
 }
 
-GenerateResult generate(const Engine& engine, const GenerateRequest& req,
-                        const TokenCallback& on_token) {
+GenerateResult generate(const Engine& engine, const GenerateRequest& req, const TokenCallback& on_token) {
   validate(engine, req);
   const int64_t loops = engine.resolve_loops(req.loops);
   const auto t0 = Clock::now();
   // A gate that stops tokens early needs the cache for its latest rule, as early exit does.
   const GateExitParams gate = resolve_gate(engine.config(), req.exit_gate, req.early_exit);
-  LogitSource source(engine, loops, static_cast<int64_t>(req.prompt.size()) + req.max_tokens,
-                     req.cache_window, req.early_exit.enabled() || gate.stops_early(), req.kv_loop_slots,
+  LogitSource source(engine, loops, static_cast<int64_t>(req.prompt.size()) + req.max_tokens, req.cache_window,
+                     req.early_exit.enabled() || gate.stops_early(), req.kv_loop_slots,
                      resolve_state_draw(engine.config(), req.seed, req.init_scale));
   std::vector<float> logits;
   source.next(req.prompt, static_cast<int64_t>(req.prompt.size()), gate, logits);
@@ -176,8 +170,7 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req,
 
 GenerateResult generate_after_prefill(const Engine& engine, const GenerateRequest& req, int64_t loops,
                                       std::unique_ptr<model::KvCache> kv, std::vector<float> logits,
-                                      Clock::time_point start, double prefill_ms,
-                                      const TokenCallback& on_token) {
+                                      Clock::time_point start, double prefill_ms, const TokenCallback& on_token) {
   // The caller built the cache (resume handle, prefix cache): a shared slot layout it was
   // not built with cannot be honoured here, so refuse instead of silently ignoring it.
   if (req.kv_loop_slots > 0 && req.kv_loop_slots < loops && !kv->layout().shared())
@@ -189,8 +182,7 @@ GenerateResult generate_after_prefill(const Engine& engine, const GenerateReques
   LogitSource source(engine, loops, std::move(kv));
   // The prompt's logits came from elsewhere without the exit gate, so decoding runs without
   // it too (docs/loop-depth.md, "Exit gate": resume and prefix caches are full depth).
-  return decode(engine, req, loops, source, std::move(logits), start, prefill_ms, GateExitParams{},
-                on_token);
+  return decode(engine, req, loops, source, std::move(logits), start, prefill_ms, GateExitParams{}, on_token);
 }
 
 }  // namespace tinyloop::runtime

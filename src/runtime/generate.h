@@ -21,14 +21,14 @@ struct GenerateRequest {
   int64_t max_tokens = 64;
   std::optional<int64_t> loops;  // default: config default_loops
   SamplingParams sampling;
-  int64_t cache_window = 0;      // 0 = full cache; W > 0 = sliding window of W positions
+  int64_t cache_window = 0;  // 0 = full cache; W > 0 = sliding window of W positions
   // Recurrence-shared KV (docs/kv-cache.md): B > 0 slot groups for the loop iterations,
   // iteration i in group i mod B; 0 (or B >= loops) = one slot group per iteration.
   int64_t kv_loop_slots = 0;
   std::vector<std::vector<int32_t>> stop_sequences;
   std::optional<uint64_t> seed;  // none = fresh entropy
-  bool stop_at_eos = true;       // the config's eos_ids end generation (kept in the output)
-  EarlyExitParams early_exit;    // decode-time early exit; disabled by default
+  bool stop_at_eos = true;  // the config's eos_ids end generation (kept in the output)
+  EarlyExitParams early_exit;  // decode-time early exit; disabled by default
   // Ouro's exit gate (runtime/gate_exit.h): unset fields take the model file's config.
   GateExitRequest exit_gate;
   std::shared_ptr<const grammar::Grammar> grammar;  // constrained decoding; null = none
@@ -43,22 +43,22 @@ struct GenerateRequest {
 // Why a sequence stopped. None while it runs.
 enum class FinishReason {
   None,
-  Length,     // max_tokens emitted
-  Eos,        // the model's EOS id was emitted (kept in the output)
-  Stop,       // a stop sequence was emitted (kept)
-  Grammar,    // the grammar admits nothing more (a full match)
-  Callback,   // the caller's token callback returned false
+  Length,  // max_tokens emitted
+  Eos,  // the model's EOS id was emitted (kept in the output)
+  Stop,  // a stop sequence was emitted (kept)
+  Grammar,  // the grammar admits nothing more (a full match)
+  Callback,  // the caller's token callback returned false
   Cancelled,  // cancelled by the caller (serving engine)
-  Timeout,    // the request's deadline passed (serving engine)
-  Error,      // failed; the engine reports the message
+  Timeout,  // the request's deadline passed (serving engine)
+  Error,  // failed; the engine reports the message
 };
 const char* finish_reason_name(FinishReason r);  // "length", "eos", "stop", ...
 
 struct GenerateResult {
-  std::vector<int32_t> tokens;   // prompt followed by the emitted tokens
-  double prefill_ms = 0;         // the prompt's forward
-  double first_token_ms = 0;     // call start -> first on_token returned
-  double decode_steady_ms = 0;   // first on_token returned -> end
+  std::vector<int32_t> tokens;  // prompt followed by the emitted tokens
+  double prefill_ms = 0;  // the prompt's forward
+  double first_token_ms = 0;  // call start -> first on_token returned
+  double decode_steady_ms = 0;  // first on_token returned -> end
   int64_t tokens_emitted = 0;
   // Iterations of the forward whose logits chose each emitted token ([tokens_emitted]):
   // the first comes from the prefill (always `loops`), the rest from decode steps, which
@@ -73,8 +73,7 @@ using TokenCallback = std::function<bool(int32_t)>;
 
 // Validates every argument first (std::invalid_argument naming it; std::runtime_error when
 // prompt + max_tokens exceeds max_seq_len), then generates.
-GenerateResult generate(const Engine& engine, const GenerateRequest& req,
-                        const TokenCallback& on_token = {});
+GenerateResult generate(const Engine& engine, const GenerateRequest& req, const TokenCallback& on_token = {});
 
 // The argument checks of generate(), for callers that prefill themselves.
 void validate(const Engine& engine, const GenerateRequest& req);

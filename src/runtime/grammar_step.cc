@@ -28,13 +28,13 @@ bool GrammarCursor::mask(float* logits) const {
   grammar::mask_logits(masks_->allowed(state_), logits, V);
   const bool eos_ok = g_->eos_allowed(state_);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < c_.eos_ids.size(); ++i)
-    logits[c_.eos_ids[i]] = eos_ok ? eos_logits[i] : kNegInf;
+  for (size_t i = 0; i < c_.eos_ids.size(); ++i) logits[c_.eos_ids[i]] = eos_ok ? eos_logits[i] : kNegInf;
   for (int64_t v = 0; v < V; ++v)
     if (logits[v] != kNegInf) return true;
   if (eos_ok) return false;
-  throw std::runtime_error("grammar: no token of this vocabulary can continue the output, "
-                           "and the output so far is not a full match");
+  throw std::runtime_error(
+      "grammar: no token of this vocabulary can continue the output, "
+      "and the output so far is not a full match");
 }
 
 void GrammarCursor::advance(int32_t token) {

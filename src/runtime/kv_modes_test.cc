@@ -91,8 +91,7 @@ TEST_P(KvModesTest, SharedGroupsEarlyExitAndLongWindowedGeneration) {
     r.kv_loop_slots = b;
     const auto shared = generate(e, r).tokens;
     ASSERT_EQ(shared.size(), 106u);
-    expect_greedy_chain(e.stepwise_logits(shared, 6, 4, 8, b), V, shared, 6,
-                        "kv_loop_slots " + std::to_string(b));
+    expect_greedy_chain(e.stepwise_logits(shared, 6, 4, 8, b), V, shared, 6, "kv_loop_slots " + std::to_string(b));
   }
   // Early exit (the latest rule fills the skipped slots): generate's tokens and depths equal
   // the teacher-forced early-exit path's over the same tokens.
@@ -112,8 +111,7 @@ TEST_P(KvModesTest, SharedGroupsEarlyExitAndLongWindowedGeneration) {
   EXPECT_THROW(generate(e, r), std::invalid_argument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, KvModesTest,
-                         ::testing::Values("fp32", "fp16", "int8", "h_fp16", "h_int8", "h_int4"));
+INSTANTIATE_TEST_SUITE_P(Modes, KvModesTest, ::testing::Values("fp32", "fp16", "int8", "h_fp16", "h_int8", "h_int4"));
 
 }  // namespace
 }  // namespace tinyloop::runtime

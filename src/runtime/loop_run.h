@@ -24,19 +24,18 @@ class LoopRun {
   // (writes their pre slots). trace, when given: [1 + n_pre_blocks, T, D], see
   // LoopedModel::prelude. Throws std::logic_error when the T rows do not fit one step on kv
   // (LoopedModel::max_chunk; callers give windowed caches at most KvCache::kWindowSlack).
-  LoopRun(const model::LoopedModel& m, model::KvCache& kv, const int32_t* tokens, int64_t T,
-          float* trace = nullptr);
+  LoopRun(const model::LoopedModel& m, model::KvCache& kv, const int32_t* tokens, int64_t T, float* trace = nullptr);
   // Continues a run saved earlier (warm-start resume): prelude output x[T, D] and the state
   // s[T, D] after `done` iterations, for positions start .. start + T - 1 of kv; tokens [T]
   // (the rows' ids) are needed when the model has value embeddings.
-  LoopRun(const model::LoopedModel& m, model::KvCache& kv, int64_t start, std::vector<float> x,
-          std::vector<float> s, int64_t done, const int32_t* tokens = nullptr);
+  LoopRun(const model::LoopedModel& m, model::KvCache& kv, int64_t start, std::vector<float> x, std::vector<float> s,
+          int64_t done, const int32_t* tokens = nullptr);
 
   int64_t rows() const { return T_; }
-  int64_t done() const { return done_; }              // iterations applied so far
+  int64_t done() const { return done_; }  // iterations applied so far
   const std::vector<int64_t>& positions() const { return pos_; }  // [T]
-  const std::vector<float>& input() const { return x_; }          // [T, D] prelude output x
-  const std::vector<float>& state() const { return s_; }          // [T, D] state after done()
+  const std::vector<float>& input() const { return x_; }  // [T, D] prelude output x
+  const std::vector<float>& state() const { return s_; }  // [T, D] state after done()
 
   // Applies iteration done() to every row (writing that iteration's slots).
   void step();
@@ -58,11 +57,11 @@ class LoopRun {
   const model::LoopedModel& m_;
   model::KvCache& kv_;
   int64_t T_, done_ = 0;
-  std::vector<int64_t> pos_;     // [T] absolute positions
+  std::vector<int64_t> pos_;  // [T] absolute positions
   std::vector<int32_t> tokens_;  // [T] the rows' ids (value embeddings); empty when resumed from a saved state
-  std::vector<float> x_;         // [T, D] prelude output (the inject input)
-  std::vector<float> s_;         // [T, D] loop state after done_ iterations
-  std::vector<float> scratch_;   // [T, D] copy of s_ that readout may clobber
+  std::vector<float> x_;  // [T, D] prelude output (the inject input)
+  std::vector<float> s_;  // [T, D] loop state after done_ iterations
+  std::vector<float> scratch_;  // [T, D] copy of s_ that readout may clobber
   model::Workspace ws_;
   model::TrackedBytes tracked_;  // ws_ + x_ + s_ + scratch_ in the model's memory report
 };

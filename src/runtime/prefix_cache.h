@@ -27,10 +27,8 @@ class PrefixCache {
   // once the prefix is longer than it, so a cache serves calls with its own window only.
   // std::invalid_argument for bad tokens / loops / window;
   // std::runtime_error when the prefix alone exceeds max_seq_len.
-  static std::shared_ptr<const PrefixCache> build(std::shared_ptr<const Engine> engine,
-                                                  std::vector<int32_t> prefix,
-                                                  std::optional<int64_t> loops,
-                                                  int64_t cache_window = 0);
+  static std::shared_ptr<const PrefixCache> build(std::shared_ptr<const Engine> engine, std::vector<int32_t> prefix,
+                                                  std::optional<int64_t> loops, int64_t cache_window = 0);
 
   const Engine& engine() const { return *engine_; }
   const std::vector<int32_t>& prefix() const { return prefix_; }
@@ -51,12 +49,12 @@ class PrefixCache {
  private:
   PrefixCache() = default;
   std::shared_ptr<const Engine> engine_;  // keeps the model (and kv_'s tracker) alive
-  std::vector<int32_t> prefix_;           // [P]
+  std::vector<int32_t> prefix_;  // [P]
   int64_t loops_ = 0;
-  int64_t window_ = 0;                    // generate()'s cache_window the prefix was built with
-  std::unique_ptr<model::KvCache> kv_;    // length P, window_; read-only after build
-  std::vector<float> logits_;             // [V] after the prefix (for an empty suffix)
-  model::TrackedBytes tracked_;           // logits_ in the model's memory report
+  int64_t window_ = 0;  // generate()'s cache_window the prefix was built with
+  std::unique_ptr<model::KvCache> kv_;  // length P, window_; read-only after build
+  std::vector<float> logits_;  // [V] after the prefix (for an empty suffix)
+  model::TrackedBytes tracked_;  // logits_ in the model's memory report
 };
 
 }  // namespace tinyloop::runtime

@@ -42,8 +42,8 @@ class PrefixCacheTest : public ::testing::Test {
     return v;
   }
   // logits [T, V] of `suffix` after `prefix`, via one cache (want) and via prefix + tail.
-  void forward_both(const std::vector<int32_t>& prefix, const std::vector<int32_t>& suffix,
-                    std::vector<float>& want, std::vector<float>& got) {
+  void forward_both(const std::vector<int32_t>& prefix, const std::vector<int32_t>& suffix, std::vector<float>& want,
+                    std::vector<float>& got) {
     const auto& m = engine_->model();
     const int64_t P = int64_t(prefix.size()), S = int64_t(suffix.size()), L = 3;
     auto whole = engine_->new_cache(L, P + S, 0, engine_->kv_dtype(), 0, 4);
@@ -97,8 +97,7 @@ TEST_F(PrefixCacheTest, GenerateEqualsGenerateOfConcatenation) {
       GenerateRequest full = req;
       full.prompt = prefix;
       full.prompt.insert(full.prompt.end(), suffix.begin(), suffix.end());
-      EXPECT_EQ(pc->generate(suffix, req).tokens, generate(*engine_, full).tokens)
-          << "S=" << s << " scalar=" << scalar;
+      EXPECT_EQ(pc->generate(suffix, req).tokens, generate(*engine_, full).tokens) << "S=" << s << " scalar=" << scalar;
     }
   }
 }

@@ -74,8 +74,7 @@ void PrefixIndex::insert(const Sequence& s) {
     const uint64_t hb = chain(h, prompt + b * B, B, key);
     auto it = entries_.find(hb);
     if (it != entries_.end()) {
-      if (it->second.parent != h ||
-          !std::equal(prompt + b * B, prompt + (b + 1) * B, it->second.tokens.begin()))
+      if (it->second.parent != h || !std::equal(prompt + b * B, prompt + (b + 1) * B, it->second.tokens.begin()))
         break;  // a hash collision with other tokens: index no further
       it->second.last_used = ++clock_;
       h = hb;

@@ -27,9 +27,9 @@
 namespace tinyloop::runtime {
 
 struct PrefixIndexStats {
-  int64_t queries = 0;        // requests looked up
-  int64_t hits = 0;           // requests that shared at least one block
-  int64_t hit_tokens = 0;     // prompt tokens not recomputed
+  int64_t queries = 0;  // requests looked up
+  int64_t hits = 0;  // requests that shared at least one block
+  int64_t hit_tokens = 0;  // prompt tokens not recomputed
   int64_t cached_blocks = 0;  // block positions cached (each: one block per slot)
   int64_t evicted_blocks = 0;
 };
@@ -54,11 +54,11 @@ class PrefixIndex {
 
  private:
   struct Entry {
-    uint64_t parent = 0;                    // hash of the previous block (0: the first)
-    std::vector<int32_t> tokens;            // this block's tokens (checked on every match)
+    uint64_t parent = 0;  // hash of the previous block (0: the first)
+    std::vector<int32_t> tokens;  // this block's tokens (checked on every match)
     std::shared_ptr<model::KvCache> donor;  // holds the blocks
-    int64_t block = 0;                      // their index in donor (and in the prompt)
-    int64_t children = 0;                   // entries whose parent this is
+    int64_t block = 0;  // their index in donor (and in the prompt)
+    int64_t children = 0;  // entries whose parent this is
     uint64_t last_used = 0;
   };
   // The chain hash of block b of `tokens` given the previous hash and the key.

@@ -13,9 +13,9 @@ bool fits(const PrefixCache& c, const Engine& e, int64_t loops, ops::KvDType dt,
 
 }  // namespace
 
-PrefixPool::PrefixPool(int64_t max_bytes, int64_t max_entries)
-    : max_bytes_(max_bytes), max_entries_(max_entries) {
-  if (max_bytes < 0) throw std::invalid_argument("max_bytes must be >= 0 (0 = no limit), got " + std::to_string(max_bytes));
+PrefixPool::PrefixPool(int64_t max_bytes, int64_t max_entries) : max_bytes_(max_bytes), max_entries_(max_entries) {
+  if (max_bytes < 0)
+    throw std::invalid_argument("max_bytes must be >= 0 (0 = no limit), got " + std::to_string(max_bytes));
   if (max_entries < 0)
     throw std::invalid_argument("max_entries must be >= 0 (0 = no limit), got " + std::to_string(max_entries));
 }
@@ -66,8 +66,8 @@ void PrefixPool::insert(std::shared_ptr<const PrefixCache> cache) {
 
 void PrefixPool::enforce_capacity_locked() {
   // The front entry is never evicted here: insert() checked that it fits max_bytes alone.
-  while (lru_.size() > 1 && ((max_bytes_ > 0 && stats_.bytes > max_bytes_) ||
-                             (max_entries_ > 0 && stats_.entries > max_entries_))) {
+  while (lru_.size() > 1 &&
+         ((max_bytes_ > 0 && stats_.bytes > max_bytes_) || (max_entries_ > 0 && stats_.entries > max_entries_))) {
     evict_locked(std::prev(lru_.end()));
     ++stats_.evictions;
   }
@@ -91,10 +91,8 @@ void PrefixPool::evict_locked(Lru::iterator it) {
   }
 }
 
-std::shared_ptr<const PrefixCache> PrefixPool::lookup(const Engine& engine,
-                                                      const std::vector<int32_t>& prompt,
-                                                      int64_t loops, ops::KvDType kv_dtype,
-                                                      int64_t cache_window) {
+std::shared_ptr<const PrefixCache> PrefixPool::lookup(const Engine& engine, const std::vector<int32_t>& prompt,
+                                                      int64_t loops, ops::KvDType kv_dtype, int64_t cache_window) {
   std::lock_guard<std::mutex> lock(mu_);
   Lru::iterator best = lru_.end();
   const Node* n = &root_;

@@ -32,10 +32,10 @@
 namespace tinyloop::runtime {
 
 struct PrefixPoolStats {
-  int64_t hits = 0;       // lookups that found a registered prefix
-  int64_t misses = 0;     // lookups that found none
+  int64_t hits = 0;  // lookups that found a registered prefix
+  int64_t misses = 0;  // lookups that found none
   int64_t evictions = 0;  // entries dropped to stay within capacity
-  int64_t bytes = 0;      // sum of the entries' PrefixCache::bytes()
+  int64_t bytes = 0;  // sum of the entries' PrefixCache::bytes()
   int64_t entries = 0;
 };
 
@@ -59,9 +59,8 @@ class PrefixPool {
   // The longest registered prefix of `prompt` (it may be all of it) built by `engine` at
   // `loops` with KV mode `kv_dtype` and window `cache_window`; null on a miss. Counts a hit
   // or a miss and makes a found entry the most recently used.
-  std::shared_ptr<const PrefixCache> lookup(const Engine& engine, const std::vector<int32_t>& prompt,
-                                            int64_t loops, ops::KvDType kv_dtype,
-                                            int64_t cache_window = 0);
+  std::shared_ptr<const PrefixCache> lookup(const Engine& engine, const std::vector<int32_t>& prompt, int64_t loops,
+                                            ops::KvDType kv_dtype, int64_t cache_window = 0);
 
   PrefixPoolStats stats() const;
   // Drops every entry (the counters stay).

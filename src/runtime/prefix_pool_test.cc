@@ -38,8 +38,7 @@ class PrefixPoolTest : public ::testing::Test {
   std::shared_ptr<const PrefixCache> build(const std::vector<int32_t>& p, int64_t loops = 2) {
     return PrefixCache::build(engine_, p, loops);
   }
-  std::shared_ptr<const PrefixCache> find(PrefixPool& pool, const std::vector<int32_t>& prompt,
-                                          int64_t loops = 2) {
+  std::shared_ptr<const PrefixCache> find(PrefixPool& pool, const std::vector<int32_t>& prompt, int64_t loops = 2) {
     return pool.lookup(*engine_, prompt, loops, engine_->kv_dtype());
   }
   testing::TempFile file_;
@@ -57,7 +56,7 @@ TEST_F(PrefixPoolTest, LongestPrefixDivergenceAndLoops) {
   EXPECT_EQ(pool.stats().entries, 3);
 
   EXPECT_EQ(find(pool, cat(a, ids(4, 9)))->seq_len(), 12);  // longest
-  EXPECT_EQ(find(pool, a)->seq_len(), 12);                  // all of the prompt
+  EXPECT_EQ(find(pool, a)->seq_len(), 12);  // all of the prompt
   EXPECT_EQ(find(pool, a, 3)->loops(), 3);
   auto diverge = a;
   diverge[7] = (diverge[7] + 1) % 31;  // leaves the 12-token path inside it
@@ -78,7 +77,7 @@ TEST_F(PrefixPoolTest, LruEvictionByEntriesAndBytes) {
   by_entries.insert(build(p1));
   by_entries.insert(build(p2));
   ASSERT_NE(find(by_entries, p1), nullptr);  // p1 now the most recent
-  by_entries.insert(build(p3));              // evicts p2, the least recent
+  by_entries.insert(build(p3));  // evicts p2, the least recent
   EXPECT_EQ(find(by_entries, p2), nullptr);
   EXPECT_NE(find(by_entries, p1), nullptr);
   EXPECT_NE(find(by_entries, p3), nullptr);

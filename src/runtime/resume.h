@@ -27,10 +27,8 @@ class ResumeHandle {
   // default_loops); must be >= L1. max_tokens: the most tokens a resume may generate (sizes
   // the cache: prompt + max_tokens rows). Validates like generate (std::invalid_argument
   // naming the argument; std::runtime_error when prompt + max_tokens > max_seq_len).
-  static std::shared_ptr<const ResumeHandle> build(std::shared_ptr<const Engine> engine,
-                                                   std::vector<int32_t> prompt,
-                                                   std::optional<int64_t> loops,
-                                                   std::optional<int64_t> max_loops,
+  static std::shared_ptr<const ResumeHandle> build(std::shared_ptr<const Engine> engine, std::vector<int32_t> prompt,
+                                                   std::optional<int64_t> loops, std::optional<int64_t> max_loops,
                                                    int64_t max_tokens);
 
   const Engine& engine() const { return *engine_; }
@@ -49,13 +47,13 @@ class ResumeHandle {
 
  private:
   ResumeHandle() = default;
-  std::shared_ptr<const Engine> engine_;   // keeps the model (and the cache's tracker) alive
-  std::vector<int32_t> prompt_;            // [T]
+  std::shared_ptr<const Engine> engine_;  // keeps the model (and the cache's tracker) alive
+  std::vector<int32_t> prompt_;  // [T]
   int64_t loops_used_ = 0, max_loops_ = 0, max_tokens_ = 0;
-  std::unique_ptr<model::KvCache> kv_;     // slots for max_loops; prompt rows, length() == 0
-  std::vector<float> x_;                   // [T, D] prelude output
-  std::vector<float> s_;                   // [T, D] loop state after loops_used_ iterations
-  model::TrackedBytes tracked_;            // x_ + s_ in the model's memory report
+  std::unique_ptr<model::KvCache> kv_;  // slots for max_loops; prompt rows, length() == 0
+  std::vector<float> x_;  // [T, D] prelude output
+  std::vector<float> s_;  // [T, D] loop state after loops_used_ iterations
+  model::TrackedBytes tracked_;  // x_ + s_ in the model's memory report
 };
 
 }  // namespace tinyloop::runtime

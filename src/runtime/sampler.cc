@@ -32,20 +32,16 @@ void check_vocab(int64_t V) {
 }  // namespace
 
 void validate(const SamplingParams& p) {
-  if (!(p.temperature >= 0.0f))
-    bad("temperature must be >= 0, got " + str(p.temperature));
+  if (!(p.temperature >= 0.0f)) bad("temperature must be >= 0, got " + str(p.temperature));
   // The penalty also applies to greedy steps; top_k and top_p only matter when sampling.
-  if (!(p.repetition_penalty > 0.0f))
-    bad("repetition_penalty must be > 0, got " + str(p.repetition_penalty));
+  if (!(p.repetition_penalty > 0.0f)) bad("repetition_penalty must be > 0, got " + str(p.repetition_penalty));
   if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f))
     bad("presence_penalty must be in [-2, 2], got " + str(p.presence_penalty));
   if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f))
     bad("frequency_penalty must be in [-2, 2], got " + str(p.frequency_penalty));
   if (p.greedy()) return;
-  if (p.top_k <= 0)
-    bad("top_k must be >= 1 when sampling (temperature > 0.01), got " + str(p.top_k));
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
-    bad("top_p must be in (0, 1] when sampling, got " + str(p.top_p));
+  if (p.top_k <= 0) bad("top_k must be >= 1 when sampling (temperature > 0.01), got " + str(p.top_k));
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) bad("top_p must be in (0, 1] when sampling, got " + str(p.top_p));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -63,8 +59,7 @@ uint64_t Rng::next_u64() { return gen_(); }
 double Rng::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
 
 // ---------------------------------------------------------------------------------------
-void apply_repetition_penalty(float* logits, int64_t V, const std::vector<int32_t>& seen,
-                              float penalty) {
+void apply_repetition_penalty(float* logits, int64_t V, const std::vector<int32_t>& seen, float penalty) {
   if (!(penalty > 0.0f)) bad("repetition_penalty must be > 0, got " + str(penalty));
   if (penalty == 1.0f || seen.empty()) return;
   std::vector<int32_t> ids;
@@ -141,13 +136,11 @@ int32_t argmax(const float* logits, int64_t V) {
 }
 
 // ---------------------------------------------------------------------------------------
-void sampling_distribution(const float* logits, int64_t V, const SamplingParams& p,
-                           std::vector<float>& probs) {
+void sampling_distribution(const float* logits, int64_t V, const SamplingParams& p, std::vector<float>& probs) {
   check_vocab(V);
   validate(p);
   if (p.greedy())
-    bad("temperature must be > 0.01 for sampling_distribution (greedy otherwise), got " +
-        str(p.temperature));
+    bad("temperature must be > 0.01 for sampling_distribution (greedy otherwise), got " + str(p.temperature));
   const size_t n = static_cast<size_t>(V);
 
   // Temperature, in double. NaN reads as -inf (never sampled).
@@ -182,8 +175,7 @@ void sampling_distribution(const float* logits, int64_t V, const SamplingParams&
   for (size_t i = 0; i < n; ++i) {
     if (std::isinf(m))  // +inf present: the +inf tokens share the mass (the softmax limit)
       e[i] = s[i] == m ? 1.0 : 0.0;
-    else
-      e[i] = s[i] == kNegInf ? 0.0 : std::exp(s[i] - m);
+    else e[i] = s[i] == kNegInf ? 0.0 : std::exp(s[i] - m);
     total += e[i];
   }
   for (double& x : e) x /= total;
@@ -237,12 +229,11 @@ int32_t sample_from(const std::vector<float>& probs, Rng& rng) {
   return static_cast<int32_t>(last);  // rounding guard
 }
 
-int32_t sample_next(float* logits, int64_t V, const SamplingParams& p,
-                    const std::vector<int32_t>& seen, Rng& rng, bool apply_penalty) {
+int32_t sample_next(float* logits, int64_t V, const SamplingParams& p, const std::vector<int32_t>& seen, Rng& rng,
+                    bool apply_penalty) {
   validate(p);
   check_vocab(V);
-  if (apply_penalty && p.repetition_penalty != 1.0f)
-    apply_repetition_penalty(logits, V, seen, p.repetition_penalty);
+  if (apply_penalty && p.repetition_penalty != 1.0f) apply_repetition_penalty(logits, V, seen, p.repetition_penalty);
   if (p.greedy()) return argmax(logits, V);
   std::vector<float> probs;
   sampling_distribution(logits, V, p, probs);
@@ -257,8 +248,8 @@ StopMatcher::StopMatcher(std::vector<std::vector<int32_t>> sequences, int64_t vo
     if (seq.empty()) bad("stop_sequences: sequence " + str(s) + " is empty");
     for (size_t j = 0; j < seq.size(); ++j) {
       if (seq[j] < 0 || static_cast<int64_t>(seq[j]) >= vocab_size)
-        bad("stop_sequences: sequence " + str(s) + " has id " + str(seq[j]) +
-            " at position " + str(j) + ", outside [0, " + str(vocab_size) + ")");
+        bad("stop_sequences: sequence " + str(s) + " has id " + str(seq[j]) + " at position " + str(j) +
+            ", outside [0, " + str(vocab_size) + ")");
     }
     max_len_ = std::max(max_len_, seq.size());
   }

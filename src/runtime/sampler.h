@@ -11,10 +11,10 @@
 namespace tinyloop::runtime {
 
 struct SamplingParams {
-  float temperature = 0.0f;        // <= 0.01 is greedy (argmax, ties to the lowest id)
-  int top_k = 50;                  // >= 1 while sampling; ignored when greedy
-  float top_p = 1.0f;              // in (0, 1]; 1 disables
-  float repetition_penalty = 1.0f; // > 0; 1 disables
+  float temperature = 0.0f;  // <= 0.01 is greedy (argmax, ties to the lowest id)
+  int top_k = 50;  // >= 1 while sampling; ignored when greedy
+  float top_p = 1.0f;  // in (0, 1]; 1 disables
+  float repetition_penalty = 1.0f;  // > 0; 1 disables
   // OpenAI's additive penalties over the tokens generated so far (not the prompt), in
   // [-2, 2]; 0 disables: logit -= presence * [count > 0] + frequency * count.
   float presence_penalty = 0.0f;
@@ -43,8 +43,7 @@ class Rng {
 // divided by `penalty`, a negative one multiplied. logits[V] in place. An id seen several
 // times is penalised once; ids outside [0, V) are ignored (the caller validates them);
 // penalty 1 is a no-op. Throws std::invalid_argument("repetition_penalty ...") unless > 0.
-void apply_repetition_penalty(float* logits, int64_t V, const std::vector<int32_t>& seen,
-                              float penalty);
+void apply_repetition_penalty(float* logits, int64_t V, const std::vector<int32_t>& seen, float penalty);
 
 // OpenAI's presence / frequency penalties (as vLLM applies them): for every (id, count) in
 // `counts` (the generated tokens so far, count > 0), logits[id] -= presence + frequency *
@@ -78,8 +77,7 @@ int32_t argmax(const float* logits, int64_t V);
 // the cumulative mass from the bottom stays <= 1 - top_p; the most probable always stays.
 // -inf (masked) and NaN logits get probability 0. Degenerate rows: when every logit is
 // -inf/NaN all mass goes to argmax() (id 0); when some are +inf they share it equally.
-void sampling_distribution(const float* logits, int64_t V, const SamplingParams& p,
-                           std::vector<float>& probs);
+void sampling_distribution(const float* logits, int64_t V, const SamplingParams& p, std::vector<float>& probs);
 
 // Draw an id from probs[V] (inverse CDF on one uniform in double): the first id whose
 // cumulative mass exceeds u * total; a token with probability 0 is never drawn. Throws
@@ -90,8 +88,8 @@ int32_t sample_from(const std::vector<float>& probs, Rng& rng);
 // greedy argmax or sample from sampling_distribution. The grammar mask, when there is one,
 // is applied by the caller between the penalty and this call (use apply_penalty = false).
 // Validates p first. Greedy consumes no draw from rng; sampling consumes exactly one.
-int32_t sample_next(float* logits, int64_t V, const SamplingParams& p,
-                    const std::vector<int32_t>& seen, Rng& rng, bool apply_penalty = true);
+int32_t sample_next(float* logits, int64_t V, const SamplingParams& p, const std::vector<int32_t>& seen, Rng& rng,
+                    bool apply_penalty = true);
 
 // Stop sequences: non-empty, ids in [0, V). Matches the tail of the emitted tokens only
 // (never reaching into the prompt). Checked after every emitted token, so a shorter sequence
@@ -108,6 +106,7 @@ class StopMatcher {
   int match_index(const std::vector<int32_t>& emitted) const;
   size_t max_length() const { return max_len_; }  // the match window
   bool empty() const { return seqs_.empty(); }
+
  private:
   std::vector<std::vector<int32_t>> seqs_;
   size_t max_len_ = 0;

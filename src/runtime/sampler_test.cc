@@ -15,8 +15,7 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-SamplingParams sampling(float temperature, int top_k = 50, float top_p = 1.0f,
-                        float penalty = 1.0f) {
+SamplingParams sampling(float temperature, int top_k = 50, float top_p = 1.0f, float penalty = 1.0f) {
   SamplingParams p;
   p.temperature = temperature;
   p.top_k = top_k;
@@ -31,15 +30,12 @@ std::vector<float> dist(const std::vector<float>& logits, const SamplingParams& 
   return probs;
 }
 
-void expect_probs(const std::vector<float>& got, const std::vector<double>& want,
-                  double tol = 1e-6) {
+void expect_probs(const std::vector<float>& got, const std::vector<double>& want, double tol = 1e-6) {
   ASSERT_EQ(got.size(), want.size());
   double sum = 0.0;
   for (size_t i = 0; i < want.size(); ++i) {
-    if (want[i] == 0.0)
-      EXPECT_EQ(got[i], 0.0f) << "id " << i << " must be removed exactly";
-    else
-      EXPECT_NEAR(got[i], want[i], tol) << "id " << i;
+    if (want[i] == 0.0) EXPECT_EQ(got[i], 0.0f) << "id " << i << " must be removed exactly";
+    else EXPECT_NEAR(got[i], want[i], tol) << "id " << i;
     sum += got[i];
   }
   EXPECT_NEAR(sum, 1.0, 1e-6);
@@ -78,7 +74,7 @@ TEST(Validate, TopKOnlyWhenSampling) {
   expect_invalid([] { validate(sampling(0.8f, 0)); }, "top_k");
   expect_invalid([] { validate(sampling(0.8f, -3)); }, "top_k");
   expect_invalid([] { validate(sampling(0.011f, 0)); }, "top_k");
-  EXPECT_NO_THROW(validate(sampling(0.0f, 0)));    // greedy: top_k is ignored
+  EXPECT_NO_THROW(validate(sampling(0.0f, 0)));  // greedy: top_k is ignored
   EXPECT_NO_THROW(validate(sampling(0.01f, -5)));  // 0.01 is still greedy
 }
 
@@ -88,8 +84,7 @@ TEST(Validate, TopP) {
     expect_invalid([bad] { validate(sampling(0.011f, 50, bad)); }, "top_p");
     EXPECT_NO_THROW(validate(sampling(0.0f, 50, bad)));  // greedy: top_p is ignored
   }
-  expect_invalid([] { validate(sampling(0.8f, 50, 0.0f)); },
-                 "top_p must be in (0, 1] when sampling, got 0");
+  expect_invalid([] { validate(sampling(0.8f, 50, 0.0f)); }, "top_p must be in (0, 1] when sampling, got 0");
   EXPECT_NO_THROW(validate(sampling(0.8f, 50, 1.0f)));
   EXPECT_NO_THROW(validate(sampling(0.8f, 50, 1e-30f)));
 }
@@ -99,8 +94,7 @@ TEST(Validate, RepetitionPenalty) {
     expect_invalid([bad] { validate(sampling(0.8f, 50, 1.0f, bad)); }, "repetition_penalty");
     expect_invalid([bad] { validate(sampling(0.0f, 50, 1.0f, bad)); }, "repetition_penalty");
   }
-  expect_invalid([] { validate(sampling(0.0f, 50, 1.0f, -2.0f)); },
-                 "repetition_penalty must be > 0, got -2");
+  expect_invalid([] { validate(sampling(0.0f, 50, 1.0f, -2.0f)); }, "repetition_penalty must be > 0, got -2");
 }
 
 TEST(Validate, PresenceAndFrequencyPenalties) {
@@ -121,8 +115,7 @@ TEST(Validate, PresenceAndFrequencyPenalties) {
 TEST(Validate, CalledBySampleNextAndDistribution) {
   std::vector<float> logits = {0.0f, 1.0f};
   Rng rng(1);
-  expect_invalid([&] { sample_next(logits.data(), 2, sampling(-1.0f), {}, rng); },
-                 "temperature");
+  expect_invalid([&] { sample_next(logits.data(), 2, sampling(-1.0f), {}, rng); }, "temperature");
   expect_invalid([&] { sample_next(logits.data(), 2, sampling(0.5f, 0), {}, rng); }, "top_k");
   expect_invalid([&] { dist(logits, sampling(0.5f, 50, 0.0f)); }, "top_p");
   // sampling_distribution requires a sampling temperature.
@@ -154,8 +147,7 @@ TEST(Rng, Mt19937_64Semantics) {
   EXPECT_EQ(x, 9981545732273789042ULL);
   // uniform() = (next_u64() >> 11) * 2^-53.
   Rng a(7), b(7);
-  for (int i = 0; i < 100; ++i)
-    EXPECT_EQ(a.uniform(), static_cast<double>(b.next_u64() >> 11) * 0x1.0p-53);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(a.uniform(), static_cast<double>(b.next_u64() >> 11) * 0x1.0p-53);
 }
 
 TEST(Rng, UniformRange) {
@@ -185,10 +177,10 @@ TEST(Rng, FromEntropyProducesDraws) {
 TEST(RepetitionPenalty, DividesPositiveMultipliesNegative) {
   std::vector<float> l = {2.0f, -2.0f, 0.0f, 3.0f, -1.0f};
   apply_repetition_penalty(l.data(), 5, {0, 1, 2}, 2.0f);
-  EXPECT_EQ(l[0], 1.0f);   // 2 / 2
+  EXPECT_EQ(l[0], 1.0f);  // 2 / 2
   EXPECT_EQ(l[1], -4.0f);  // -2 * 2
-  EXPECT_EQ(l[2], 0.0f);   // 0 / 2 (HF: score < 0 is false)
-  EXPECT_EQ(l[3], 3.0f);   // not seen
+  EXPECT_EQ(l[2], 0.0f);  // 0 / 2 (HF: score < 0 is false)
+  EXPECT_EQ(l[3], 3.0f);  // not seen
   EXPECT_EQ(l[4], -1.0f);  // not seen
 }
 
@@ -202,15 +194,14 @@ TEST(RepetitionPenalty, PenaltyBelowOneBoosts) {
 TEST(RepetitionPenalty, OncePerDistinctId) {
   std::vector<float> l = {8.0f, -8.0f, 1.0f};
   apply_repetition_penalty(l.data(), 3, {0, 0, 0, 1, 1, 0}, 2.0f);
-  EXPECT_EQ(l[0], 4.0f);    // not 8 / 2^4
+  EXPECT_EQ(l[0], 4.0f);  // not 8 / 2^4
   EXPECT_EQ(l[1], -16.0f);  // not -8 * 2^2
   EXPECT_EQ(l[2], 1.0f);
 }
 
 TEST(RepetitionPenalty, OutOfRangeIdsIgnored) {
   std::vector<float> l = {8.0f, -8.0f};
-  apply_repetition_penalty(l.data(), 2, {-1, 2, 1000, std::numeric_limits<int32_t>::min()},
-                           2.0f);
+  apply_repetition_penalty(l.data(), 2, {-1, 2, 1000, std::numeric_limits<int32_t>::min()}, 2.0f);
   EXPECT_EQ(l[0], 8.0f);
   EXPECT_EQ(l[1], -8.0f);
 }
@@ -222,8 +213,7 @@ TEST(RepetitionPenalty, OneIsNoOpAndInfKept) {
   EXPECT_EQ(l[1], -3.0f);
   apply_repetition_penalty(l.data(), 3, {2}, 1.5f);
   EXPECT_EQ(l[2], -kInf);  // a masked token stays masked
-  expect_invalid([&] { apply_repetition_penalty(l.data(), 3, {0}, 0.0f); },
-                 "repetition_penalty");
+  expect_invalid([&] { apply_repetition_penalty(l.data(), 3, {0}, 0.0f); }, "repetition_penalty");
 }
 
 TEST(RepetitionPenalty, ChangesTheGreedyChoice) {
@@ -303,8 +293,7 @@ TEST(Greedy, TemperatureThreshold) {
   std::vector<float> l = {0.0f, 0.0f, 0.0f, 0.0f};  // flat: sampling would spread
   Rng rng(99);
   for (float t : {0.0f, 0.005f, 0.01f}) {
-    for (int i = 0; i < 50; ++i)
-      EXPECT_EQ(sample_next(l.data(), 4, sampling(t), {}, rng), 0) << "t=" << t;
+    for (int i = 0; i < 50; ++i) EXPECT_EQ(sample_next(l.data(), 4, sampling(t), {}, rng), 0) << "t=" << t;
   }
   // Greedy consumes no draws from the generator.
   Rng fresh(99), used(99);
@@ -504,8 +493,7 @@ TEST(Statistics, ChiSquareAgainstDistribution) {
   ASSERT_EQ(categories, 4);
   // 0.999 quantile of chi-square with 3 degrees of freedom.
   constexpr double kChi2_999_df3 = 16.266;
-  EXPECT_LT(chi2, kChi2_999_df3) << "counts " << counts[0] << " " << counts[1] << " "
-                                 << counts[2] << " " << counts[3];
+  EXPECT_LT(chi2, kChi2_999_df3) << "counts " << counts[0] << " " << counts[1] << " " << counts[2] << " " << counts[3];
 }
 
 TEST(Statistics, SampleNextMatchesSampleFromDrawForDraw) {

@@ -10,16 +10,13 @@ namespace {
 // Inserts s keeping `v` in arrival order.
 template <class C>
 void insert_by_arrival(C& v, std::unique_ptr<Sequence> s) {
-  auto at = std::upper_bound(v.begin(), v.end(), s->arrival,
-                             [](SteadyClock::time_point t, const std::unique_ptr<Sequence>& x) {
-                               return t < x->arrival;
-                             });
+  auto at =
+      std::upper_bound(v.begin(), v.end(), s->arrival,
+                       [](SteadyClock::time_point t, const std::unique_ptr<Sequence>& x) { return t < x->arrival; });
   v.insert(at, std::move(s));
 }
 
-bool shared_groups(const Sequence& s) {
-  return s.req.kv_loop_slots > 0 && s.req.kv_loop_slots < s.loops;
-}
+bool shared_groups(const Sequence& s) { return s.req.kv_loop_slots > 0 && s.req.kv_loop_slots < s.loops; }
 
 }  // namespace
 
@@ -63,9 +60,8 @@ int64_t Scheduler::max_blocks(const GenerateRequest& r, int64_t loops) const {
 
 void Scheduler::ensure_cache(Sequence& s) {
   if (!s.kv)
-    s.kv = std::make_unique<model::KvCache>(e_.config(), s.loops, s.prompt_len() + s.req.max_tokens,
-                                            s.req.cache_window, e_.kv_dtype(), &e_.model().memory(), 0,
-                                            s.req.kv_loop_slots, pool_);
+    s.kv = std::make_unique<model::KvCache>(e_.config(), s.loops, s.prompt_len() + s.req.max_tokens, s.req.cache_window,
+                                            e_.kv_dtype(), &e_.model().memory(), 0, s.req.kv_loop_slots, pool_);
   s.kv->set_state_draw(s.draw);
   if (opts_.prefix_caching && s.computed() == 0) index_.adopt(s);
 }
@@ -152,10 +148,8 @@ std::vector<PlannedPart> Scheduler::plan(SteadyClock::time_point now, std::vecto
     return false;
   };
   auto check = [&](Sequence* s) {
-    if (s->cancel_requested.load(std::memory_order_relaxed))
-      dropped.push_back({s, FinishReason::Cancelled});
-    else if (now > s->deadline)
-      dropped.push_back({s, FinishReason::Timeout});
+    if (s->cancel_requested.load(std::memory_order_relaxed)) dropped.push_back({s, FinishReason::Cancelled});
+    else if (now > s->deadline) dropped.push_back({s, FinishReason::Timeout});
   };
   for (const auto& s : running_) check(s.get());
   for (const auto& s : waiting_) check(s.get());

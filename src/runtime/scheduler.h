@@ -26,20 +26,20 @@
 namespace tinyloop::runtime {
 
 struct SchedulerOptions {
-  int64_t max_num_seqs = 64;       // sequences running at once
+  int64_t max_num_seqs = 64;  // sequences running at once
   int64_t max_batch_tokens = 512;  // rows per step (decode rows + prompt chunk rows)
-  int64_t prefill_chunk = 256;     // prompt rows one sequence feeds per step
-  bool prefix_caching = true;      // share cached prompt blocks (prefix_index.h)
+  int64_t prefill_chunk = 256;  // prompt rows one sequence feeds per step
+  bool prefix_caching = true;  // share cached prompt blocks (prefix_index.h)
 };
 
 // One sequence's rows in the next step.
 struct PlannedPart {
   Sequence* seq = nullptr;
-  int64_t n = 0;           // tokens seq->tokens[computed .. computed + n)
-  int64_t loops = 0;       // iterations for these rows
-  bool early_exit = false; // a decode row with the request's early exit
+  int64_t n = 0;  // tokens seq->tokens[computed .. computed + n)
+  int64_t loops = 0;  // iterations for these rows
+  bool early_exit = false;  // a decode row with the request's early exit
   bool gate_exit = false;  // rows whose last one's logits follow the request's exit gate
-  bool decode_row = false; // the last emitted token (its gate may stop its loop)
+  bool decode_row = false;  // the last emitted token (its gate may stop its loop)
   bool want_logits = false;  // the last row's logits choose the next token
 };
 
@@ -93,7 +93,7 @@ class Scheduler {
   model::KvPoolPtr pool_;
   SchedulerOptions opts_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in arrival order
-  std::deque<std::unique_ptr<Sequence>> waiting_;   // in arrival order
+  std::deque<std::unique_ptr<Sequence>> waiting_;  // in arrival order
   PrefixIndex index_;
   int64_t preemptions_ = 0;
 };

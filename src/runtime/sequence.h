@@ -22,16 +22,16 @@ using SteadyClock = std::chrono::steady_clock;
 // What a finished request reports.
 struct RequestResult {
   uint64_t id = 0;
-  std::vector<int32_t> tokens;           // the emitted tokens (not the prompt)
+  std::vector<int32_t> tokens;  // the emitted tokens (not the prompt)
   std::vector<int64_t> loops_per_token;  // [tokens] iterations behind each
-  std::vector<TokenLogprobs> logprobs;   // [tokens] when the request asked for logprobs; else empty
+  std::vector<TokenLogprobs> logprobs;  // [tokens] when the request asked for logprobs; else empty
   FinishReason finish_reason = FinishReason::None;
-  std::string error;                     // the message when finish_reason == Error
+  std::string error;  // the message when finish_reason == Error
   int64_t prompt_tokens = 0;
-  double queue_ms = 0;         // submit -> first scheduled
-  double first_token_ms = 0;   // submit -> first token
-  double total_ms = 0;         // submit -> finish
-  int64_t preemptions = 0;     // times its KV was dropped and recomputed
+  double queue_ms = 0;  // submit -> first scheduled
+  double first_token_ms = 0;  // submit -> first token
+  double total_ms = 0;  // submit -> finish
+  int64_t preemptions = 0;  // times its KV was dropped and recomputed
   double mean_loops() const;
 };
 
@@ -46,21 +46,25 @@ class RequestSink {
 };
 
 struct Sequence {
-  Sequence(uint64_t id_, GenerateRequest r, int64_t loops_, const ModelConfig& c,
-           std::shared_ptr<RequestSink> s)
-      : id(id_), req(std::move(r)), loops(loops_), tokens(req.prompt), decoder(c, req),
+  Sequence(uint64_t id_, GenerateRequest r, int64_t loops_, const ModelConfig& c, std::shared_ptr<RequestSink> s)
+      : id(id_),
+        req(std::move(r)),
+        loops(loops_),
+        tokens(req.prompt),
+        decoder(c, req),
         draw(resolve_state_draw(c, req.seed, req.init_scale)),
-        gate(resolve_gate(c, req.exit_gate, req.early_exit)), sink(std::move(s)),
+        gate(resolve_gate(c, req.exit_gate, req.early_exit)),
+        sink(std::move(s)),
         arrival(SteadyClock::now()) {}
 
   uint64_t id;
-  GenerateRequest req;                 // validated
-  int64_t loops;                       // resolved depth
-  std::vector<int32_t> tokens;         // prompt + emitted
+  GenerateRequest req;  // validated
+  int64_t loops;  // resolved depth
+  std::vector<int32_t> tokens;  // prompt + emitted
   std::unique_ptr<model::KvCache> kv;  // null until first scheduled (and after preemption)
   SequenceDecoder decoder;
-  model::StateDraw draw;               // its initial state, the same after preemption
-  GateExitParams gate;                 // the exit gate's rule (req's kwargs over the file's)
+  model::StateDraw draw;  // its initial state, the same after preemption
+  GateExitParams gate;  // the exit gate's rule (req's kwargs over the file's)
   std::shared_ptr<RequestSink> sink;
   SteadyClock::time_point arrival, scheduled{}, first_token{};
   SteadyClock::time_point deadline = SteadyClock::time_point::max();

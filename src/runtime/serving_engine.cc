@@ -13,16 +13,15 @@ double ms_between(SteadyClock::time_point a, SteadyClock::time_point b) {
 
 model::KvPoolPtr make_pool(const Engine& e, const ServingOptions& o) {
   if (!(o.kv_budget_mb > 0) || !std::isfinite(o.kv_budget_mb) || o.kv_budget_mb > (1 << 30))
-    throw std::invalid_argument("kv_budget_mb must be a positive number of MiB, got " +
-                                std::to_string(o.kv_budget_mb));
+    throw std::invalid_argument("kv_budget_mb must be a positive number of MiB, got " + std::to_string(o.kv_budget_mb));
   if (o.kv_block_size < 1 || o.kv_block_size > 4096)
     throw std::invalid_argument("kv_block_size must be in [1, 4096], got " + std::to_string(o.kv_block_size));
   if (o.max_queue < 1) throw std::invalid_argument("max_queue must be >= 1, got " + std::to_string(o.max_queue));
   const model::KvBlockLayout layout(e.config(), e.kv_dtype(), o.kv_block_size);
   const double blocks = o.kv_budget_mb * double(1 << 20) / double(layout.bytes);
   if (blocks < 1)
-    throw std::invalid_argument("kv_budget_mb " + std::to_string(o.kv_budget_mb) +
-                                " holds no KV block (one block is " + std::to_string(layout.bytes) + " bytes)");
+    throw std::invalid_argument("kv_budget_mb " + std::to_string(o.kv_budget_mb) + " holds no KV block (one block is " +
+                                std::to_string(layout.bytes) + " bytes)");
   const int64_t n = static_cast<int64_t>(std::min(blocks, double(INT32_MAX)));
   return std::make_shared<model::KvPool>(layout, n, n, &e.model().memory());
 }
@@ -66,21 +65,20 @@ uint64_t ServingEngine::submit(GenerateRequest req, std::shared_ptr<RequestSink>
   const int64_t loops = engine_->resolve_loops(req.loops);
   const int64_t need = scheduler_.max_blocks(req, loops);
   if (need > pool_->max_blocks())
-    throw std::invalid_argument(
-        "the request needs up to " + std::to_string(need) + " KV blocks (" +
-        std::to_string((need * pool_->layout().bytes) >> 20) + " MiB) but the pool holds " +
-        std::to_string(pool_->max_blocks()) + ": lower max_tokens or loops, or raise kv_budget_mb");
+    throw std::invalid_argument("the request needs up to " + std::to_string(need) + " KV blocks (" +
+                                std::to_string((need * pool_->layout().bytes) >> 20) + " MiB) but the pool holds " +
+                                std::to_string(pool_->max_blocks()) +
+                                ": lower max_tokens or loops, or raise kv_budget_mb");
   const int64_t P = static_cast<int64_t>(req.prompt.size());
   std::unique_lock<std::mutex> lock(mu_);
   if (!accepting_) throw QueueFull("the engine is shutting down and takes no new requests");
   if (static_cast<int64_t>(inbox_.size()) + stats_.waiting >= opts_.max_queue)
-    throw QueueFull("the request queue is full (" + std::to_string(opts_.max_queue) +
-                    " waiting): retry later");
+    throw QueueFull("the request queue is full (" + std::to_string(opts_.max_queue) + " waiting): retry later");
   const uint64_t id = next_id_++;
   auto seq = std::make_unique<Sequence>(id, std::move(req), loops, engine_->config(), std::move(sink));
   if (timeout_s > 0)
-    seq->deadline = seq->arrival + std::chrono::duration_cast<SteadyClock::duration>(
-                                       std::chrono::duration<double>(timeout_s));
+    seq->deadline =
+        seq->arrival + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(timeout_s));
   live_[id] = seq.get();
   inbox_.push_back(std::move(seq));
   ++stats_.requests_submitted;
@@ -260,8 +258,7 @@ void ServingEngine::step() {
         ++stats_.generated_tokens;
         stats_.loops_run += parts[i].depth;
       }
-      s.sink->on_token(*tok, parts[i].depth,
-                       s.decoder.wants_logprobs() ? &s.decoder.logprobs().back() : nullptr);
+      s.sink->on_token(*tok, parts[i].depth, s.decoder.wants_logprobs() ? &s.decoder.logprobs().back() : nullptr);
     } catch (const std::exception& e) {
       finish(&s, FinishReason::Error, e.what());
       continue;

@@ -28,11 +28,11 @@ namespace tinyloop::runtime {
 struct ServingOptions {
   double kv_budget_mb = 1024;  // the KV pool, allocated at start
   int64_t kv_block_size = model::kDefaultBlockRows;  // positions per KV block
-  int64_t max_num_seqs = 64;       // sequences running at once
+  int64_t max_num_seqs = 64;  // sequences running at once
   int64_t max_batch_tokens = 512;  // rows per step
-  int64_t prefill_chunk = 256;     // prompt rows one sequence feeds per step
-  int64_t max_queue = 4096;        // waiting requests; more are refused (QueueFull)
-  bool prefix_caching = true;      // keep prompt blocks for later requests (prefix_index.h)
+  int64_t prefill_chunk = 256;  // prompt rows one sequence feeds per step
+  int64_t max_queue = 4096;  // waiting requests; more are refused (QueueFull)
+  bool prefix_caching = true;  // keep prompt blocks for later requests (prefix_index.h)
 };
 
 // submit() when max_queue requests already wait, or after shutdown began.
@@ -49,7 +49,7 @@ struct ServingStats {
   int64_t requests_failed = 0, requests_timed_out = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0;
   int64_t steps = 0, step_rows = 0;  // forward steps run, rows over all of them
-  int64_t loops_run = 0;             // loop iterations behind the generated tokens
+  int64_t loops_run = 0;  // loop iterations behind the generated tokens
   int64_t preemptions = 0;
   // Automatic prefix caching: lookups, requests that shared blocks, prompt tokens not
   // recomputed, cached block positions (one block per slot each) and pool blocks they hold.
@@ -98,13 +98,13 @@ class ServingEngine {
   std::shared_ptr<const Engine> engine_;
   ServingOptions opts_;
   model::KvPoolPtr pool_;
-  Scheduler scheduler_;     // engine thread only
-  StepScratch scratch_;     // engine thread only
+  Scheduler scheduler_;  // engine thread only
+  StepScratch scratch_;  // engine thread only
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::unique_ptr<Sequence>> inbox_;          // submitted, not yet scheduled
-  std::unordered_map<uint64_t, Sequence*> live_;          // every unfinished request
+  std::vector<std::unique_ptr<Sequence>> inbox_;  // submitted, not yet scheduled
+  std::unordered_map<uint64_t, Sequence*> live_;  // every unfinished request
   uint64_t next_id_ = 1;
   bool accepting_ = true, stop_ = false, drain_ = false, clear_cache_ = false;
   ServingStats stats_;  // counters, under mu_

@@ -203,7 +203,7 @@ TEST_P(ServingEngineTest, CancelTimeoutAndLimits) {
   auto a = std::make_shared<GateSink>();
   auto b = std::make_shared<CollectSink>();
   const uint64_t ida = eng.submit(r, a);  // its first token holds the engine at the gate
-  eng.submit(r, b, /*timeout_s=*/0.02);   // waits behind a (max_num_seqs 1), then times out
+  eng.submit(r, b, /*timeout_s=*/0.02);  // waits behind a (max_num_seqs 1), then times out
   std::this_thread::sleep_for(std::chrono::milliseconds(40));
   eng.cancel(ida);
   a->open();

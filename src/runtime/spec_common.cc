@@ -24,8 +24,7 @@ void validate(const Engine& e, const SpeculativeRequest& r, bool tree) {
   // The speculative arguments.
   if (r.draft_loops < 1) bad("draft_loops must be >= 1, got " + std::to_string(r.draft_loops));
   if (r.verify_loops < 1 || r.verify_loops > kMaxLoops)
-    bad("verify_loops must be in [1, " + std::to_string(kMaxLoops) + "], got " +
-        std::to_string(r.verify_loops));
+    bad("verify_loops must be in [1, " + std::to_string(kMaxLoops) + "], got " + std::to_string(r.verify_loops));
   if (r.draft_loops > r.verify_loops)
     bad("draft_loops (" + std::to_string(r.draft_loops) + ") must be <= verify_loops (" +
         std::to_string(r.verify_loops) + ")");
@@ -67,9 +66,9 @@ std::unique_ptr<model::KvCache> new_spec_cache(const Engine& e, const Speculativ
                                 " with cache_window");
   // Drafts never run past max_tokens (the scratch depth is min(draft_ahead, max_tokens)), so
   // a huge draft_ahead adds no capacity (and cannot wrap the sum).
-  auto kv = std::make_unique<model::KvCache>(e.config(), r.verify_loops, total + std::min(r.draft_ahead, r.max_tokens) + 2,
-                                             r.cache_window, e.kv_dtype(), &e.model().memory(),
-                                             e.config().n_post_blocks);
+  auto kv =
+      std::make_unique<model::KvCache>(e.config(), r.verify_loops, total + std::min(r.draft_ahead, r.max_tokens) + 2,
+                                       r.cache_window, e.kv_dtype(), &e.model().memory(), e.config().n_post_blocks);
   // Draft and verify rows of a position start from the same state: one draw per call.
   kv->set_state_draw(resolve_state_draw(e.config(), r.seed, 1.0));
   return kv;
@@ -126,42 +125,38 @@ void PendingDraftRows::add(int64_t pos, const float* s) {
   s_.insert(s_.end(), s, s + D_);
 }
 
-void PendingDraftRows::readout(model::SpecForward& f, const float* s_row, int64_t pos,
-                               std::vector<float>& logits) {
+void PendingDraftRows::readout(model::SpecForward& f, const float* s_row, int64_t pos, std::vector<float>& logits) {
   pos_.push_back(pos);
   s_.insert(s_.end(), s_row, s_row + D_);  // [n + 1, D], clobbered by the readout
   f.router().set_all_linear();
-  f.readout(s_.data(), pos_.data(), static_cast<int64_t>(pos_.size()), true,
-            model::LogitRows::Last, logits);
+  f.readout(s_.data(), pos_.data(), static_cast<int64_t>(pos_.size()), true, model::LogitRows::Last, logits);
   pos_.clear();
   s_.clear();
 }
 
-int32_t greedy_token(const float* logits, int64_t V, const SamplingParams& p,
-                     const std::vector<int32_t>& seen) {
+int32_t greedy_token(const float* logits, int64_t V, const SamplingParams& p, const std::vector<int32_t>& seen) {
   std::vector<float> z(logits, logits + V);  // [V]
   apply_repetition_penalty(z.data(), V, seen, p.repetition_penalty);
   return argmax(z.data(), V);
 }
 
-void row_distribution(const float* logits, int64_t V, const SamplingParams& p,
-                      const std::vector<int32_t>& seen, std::vector<float>& probs) {
+void row_distribution(const float* logits, int64_t V, const SamplingParams& p, const std::vector<int32_t>& seen,
+                      std::vector<float>& probs) {
   std::vector<float> z(logits, logits + V);  // [V]
   apply_repetition_penalty(z.data(), V, seen, p.repetition_penalty);
   sampling_distribution(z.data(), V, p, probs);
 }
 
-int32_t pick_token(const float* logits, int64_t V, const SamplingParams& p,
-                   const std::vector<int32_t>& seen, std::vector<float>& probs, Rng& rng) {
+int32_t pick_token(const float* logits, int64_t V, const SamplingParams& p, const std::vector<int32_t>& seen,
+                   std::vector<float>& probs, Rng& rng) {
   if (p.greedy()) return greedy_token(logits, V, p, seen);
   row_distribution(logits, V, p, seen, probs);
   return sample_from(probs, rng);
 }
 
-ChainVerdict verify_chain(const float* logits, int64_t V, const SamplingParams& p,
-                          const SpecOutput& out, const int32_t* drafted, int64_t k, int64_t from,
-                          const std::vector<std::vector<float>>& q, std::vector<float>& probs,
-                          Rng& rng) {
+ChainVerdict verify_chain(const float* logits, int64_t V, const SamplingParams& p, const SpecOutput& out,
+                          const int32_t* drafted, int64_t k, int64_t from, const std::vector<std::vector<float>>& q,
+                          std::vector<float>& probs, Rng& rng) {
   for (int64_t m = from;; ++m) {  // drafted[0 .. m-1] accepted
     const float* row = logits + (m - from) * V;  // [V] the verifier's after them
     const auto seen = out.seen_with(std::vector<int32_t>(drafted, drafted + m));

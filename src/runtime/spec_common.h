@@ -22,9 +22,9 @@ struct SpeculativeRequest {
   int64_t max_tokens = 64;
   int64_t draft_loops = 2;
   int64_t verify_loops = 8;
-  int64_t draft_ahead = 4;   // chain length / depth of each tree branch
-  int64_t k_branches = 1;    // tree only: branches from the root
-  SamplingParams sampling;   // of the verifier; the draft samples with the same settings
+  int64_t draft_ahead = 4;  // chain length / depth of each tree branch
+  int64_t k_branches = 1;  // tree only: branches from the root
+  SamplingParams sampling;  // of the verifier; the draft samples with the same settings
   int64_t cache_window = 0;
   std::vector<std::vector<int32_t>> stop_sequences;
   std::optional<uint64_t> seed;
@@ -38,15 +38,13 @@ struct SpeculativeRequest {
 
 struct SpeculativeResult {
   std::vector<int32_t> tokens;  // prompt followed by the emitted tokens
-  int64_t draft_calls = 0;      // draft forwards (one per drafted row; a tree level is one)
-  int64_t verify_calls = 0;     // verify forwards (one per cycle)
-  int64_t drafted = 0;          // draft positions put to the verifier (tree: its depth)
-  int64_t accepted = 0;         // of those, accepted by the verifier
+  int64_t draft_calls = 0;  // draft forwards (one per drafted row; a tree level is one)
+  int64_t verify_calls = 0;  // verify forwards (one per cycle)
+  int64_t drafted = 0;  // draft positions put to the verifier (tree: its depth)
+  int64_t accepted = 0;  // of those, accepted by the verifier
   int64_t tokens_emitted = 0;
   double accept_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
-  double tokens_per_verify() const {
-    return verify_calls ? double(tokens_emitted) / double(verify_calls) : 0.0;
-  }
+  double tokens_per_verify() const { return verify_calls ? double(tokens_emitted) / double(verify_calls) : 0.0; }
 };
 
 // Largest K_branches * draft_ahead of a tree (its scratch rows per slot).
@@ -107,20 +105,19 @@ class PendingDraftRows {
   int64_t D_;
   bool needed_;
   std::vector<int64_t> pos_;  // [n]
-  std::vector<float> s_;      // [n, D]
+  std::vector<float> s_;  // [n, D]
 };
 
 // One row of logits [V] turned into what the sampler uses, with the repetition penalty over
 // `seen`: the greedy token, or the sampling distribution probs [V].
-int32_t greedy_token(const float* logits, int64_t V, const SamplingParams& p,
-                     const std::vector<int32_t>& seen);
-void row_distribution(const float* logits, int64_t V, const SamplingParams& p,
-                      const std::vector<int32_t>& seen, std::vector<float>& probs);
+int32_t greedy_token(const float* logits, int64_t V, const SamplingParams& p, const std::vector<int32_t>& seen);
+void row_distribution(const float* logits, int64_t V, const SamplingParams& p, const std::vector<int32_t>& seen,
+                      std::vector<float>& probs);
 
 // The token a row of logits [V] gives with the penalty over `seen`: greedy_token, or (sampling)
 // a draw from row_distribution, which is left in probs [V] for the acceptance rule.
-int32_t pick_token(const float* logits, int64_t V, const SamplingParams& p,
-                   const std::vector<int32_t>& seen, std::vector<float>& probs, Rng& rng);
+int32_t pick_token(const float* logits, int64_t V, const SamplingParams& p, const std::vector<int32_t>& seen,
+                   std::vector<float>& probs, Rng& rng);
 
 // What the verifier makes of a drafted chain: how many of its tokens it accepts, and the
 // token it adds after them (its correction, or a bonus when it accepts them all).
@@ -136,9 +133,8 @@ struct ChainVerdict {
 // bonus token). logits [k + 1 - from, V]: row i is the
 // verifier's after drafted[0 .. from + i - 1]. The penalty's set is out's plus the accepted
 // prefix; probs [V] is scratch.
-ChainVerdict verify_chain(const float* logits, int64_t V, const SamplingParams& p,
-                          const SpecOutput& out, const int32_t* drafted, int64_t k, int64_t from,
-                          const std::vector<std::vector<float>>& q, std::vector<float>& probs,
-                          Rng& rng);
+ChainVerdict verify_chain(const float* logits, int64_t V, const SamplingParams& p, const SpecOutput& out,
+                          const int32_t* drafted, int64_t k, int64_t from, const std::vector<std::vector<float>>& q,
+                          std::vector<float>& probs, Rng& rng);
 
 }  // namespace tinyloop::runtime

@@ -39,8 +39,8 @@ std::vector<int32_t> draw_without_replacement(const std::vector<float>& q, int64
   return ids;
 }
 
-int64_t accept_among(const std::vector<float>& p, const std::vector<float>& q,
-                     const std::vector<int32_t>& candidates, Rng& rng, int32_t* token) {
+int64_t accept_among(const std::vector<float>& p, const std::vector<float>& q, const std::vector<int32_t>& candidates,
+                     Rng& rng, int32_t* token) {
   std::vector<float> pi(p);  // [V] target of step i
   std::vector<float> qi(q);  // [V] proposal of step i: q without the earlier candidates
   for (size_t i = 0; i < candidates.size(); ++i) {

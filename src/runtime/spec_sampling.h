@@ -27,8 +27,8 @@ std::vector<int32_t> draw_without_replacement(const std::vector<float>& q, int64
 // drawn from q_i = q without c_1..c_{i-1} renormalised; accept it with probability
 // min(1, p_i(c_i) / q_i(c_i)), else p_{i+1} = normalize(max(0, p_i - q_i)). Returns the index
 // of the accepted candidate, or -1 with *token drawn from p_{K+1} when all are rejected.
-int64_t accept_among(const std::vector<float>& p, const std::vector<float>& q,
-                     const std::vector<int32_t>& candidates, Rng& rng, int32_t* token);
+int64_t accept_among(const std::vector<float>& p, const std::vector<float>& q, const std::vector<int32_t>& candidates,
+                     Rng& rng, int32_t* token);
 
 // The k ids with the largest logits [V], largest first, ties to the lower id (greedy
 // candidates of the tree root: greedy argmax is the first).

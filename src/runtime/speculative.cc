@@ -33,11 +33,11 @@ SpeculativeResult generate_speculative(const Engine& engine, const SpeculativeRe
   f.prefill(req.prompt.data(), T0 - 1);
   int32_t cur = req.prompt.back();
 
-  std::vector<int32_t> rows;        // [k + 1] r_0 = cur, r_1..r_k drafted
-  std::vector<int64_t> pos;         // [k + 1] P .. P + k
+  std::vector<int32_t> rows;  // [k + 1] r_0 = cur, r_1..r_k drafted
+  std::vector<int64_t> pos;  // [k + 1] P .. P + k
   std::vector<float> x, s, s_draft;  // [k + 1, D] loop input, loop state, state after d
   std::vector<std::vector<float>> q;  // [k][V] draft distribution of r_1..r_k (greedy: [k][0])
-  std::vector<float> logits, p;      // [V] / [k + 1, V], [V]
+  std::vector<float> logits, p;  // [V] / [k + 1, V], [V]
   while (true) {
     const int64_t P = kv->length();
     const int64_t k_max = std::min(req.draft_ahead, out.remaining() - 1);

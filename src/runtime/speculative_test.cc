@@ -55,8 +55,8 @@ class SpecTest : public ::testing::Test {
 
   // Logits [V] after each of ids[prefill..] decoded one token at a time at `loops`, after a
   // prefill of ids[0..prefill): rows for ids[prefill - 1 + r], r = 0..
-  std::vector<std::vector<float>> sequential(const std::vector<int32_t>& ids, int64_t prefill,
-                                             int64_t loops, int64_t window = 0) {
+  std::vector<std::vector<float>> sequential(const std::vector<int32_t>& ids, int64_t prefill, int64_t loops,
+                                             int64_t window = 0) {
     KvCache kv(config(), loops, int64_t(ids.size()), window, engine_->kv_dtype(), nullptr);
     std::vector<std::vector<float>> out(1);
     m().forward(ids.data(), prefill, kv, LogitRows::Last, out[0]);
@@ -71,9 +71,7 @@ class SpecTest : public ::testing::Test {
   std::unique_ptr<Engine> engine_;
 };
 
-bool same_bits(const float* a, const float* b, int64_t n) {
-  return std::memcmp(a, b, sizeof(float) * size_t(n)) == 0;
-}
+bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, sizeof(float) * size_t(n)) == 0; }
 
 // --- the tree attention itself ---------------------------------------------------------
 
@@ -125,8 +123,7 @@ TEST_P(TreeAttentionTest, EachNodeSeesPastRootAndItsPath) {
         for (int64_t r = 1; r < T; ++r)
           if (nodes[r - 1] == b * depth + dd) rows.push_back(r);
     }
-    for (int64_t r : rows)
-      ref->write(slot, &k[r * kw], &v[r * kw], &pos[r], 1);
+    for (int64_t r : rows) ref->write(slot, &k[r * kw], &v[r * kw], &pos[r], 1);
     std::vector<float> want(static_cast<size_t>(qw));
     const int64_t lo = 0;
     ops::attention(&q[t * qw], 1, c.n_heads, ref->view(slot), &pos[t], &lo, want.data());
@@ -134,8 +131,7 @@ TEST_P(TreeAttentionTest, EachNodeSeesPastRootAndItsPath) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, TreeAttentionTest,
-                         ::testing::Values(ops::KvDType::F16, ops::KvDType::F32));
+INSTANTIATE_TEST_SUITE_P(Dtypes, TreeAttentionTest, ::testing::Values(ops::KvDType::F16, ops::KvDType::F32));
 
 // --- the tree forward against sequential decode ----------------------------------------
 
@@ -217,8 +213,7 @@ TEST_F(SpecTest, TreeForwardMatchesSequentialDecodeAndCommits) {
 
 // --- whole generation ------------------------------------------------------------------
 
-GenerateRequest plain(const std::vector<int32_t>& prompt, int64_t max_tokens, int64_t loops,
-                      int64_t window) {
+GenerateRequest plain(const std::vector<int32_t>& prompt, int64_t max_tokens, int64_t loops, int64_t window) {
   GenerateRequest g;
   g.prompt = prompt;
   g.max_tokens = max_tokens;
@@ -228,8 +223,8 @@ GenerateRequest plain(const std::vector<int32_t>& prompt, int64_t max_tokens, in
   return g;
 }
 
-SpeculativeRequest spec(const std::vector<int32_t>& prompt, int64_t max_tokens, int64_t d,
-                        int64_t L, int64_t ahead, int64_t K, int64_t window) {
+SpeculativeRequest spec(const std::vector<int32_t>& prompt, int64_t max_tokens, int64_t d, int64_t L, int64_t ahead,
+                        int64_t K, int64_t window) {
   SpeculativeRequest r;
   r.prompt = prompt;
   r.max_tokens = max_tokens;
@@ -250,8 +245,7 @@ TEST_F(SpecTest, GreedyChainAndTreeEqualGenerate) {
       const auto chain = generate_speculative(*engine_, spec(prompt, 70, d, 4, ahead, 1, window));
       EXPECT_EQ(chain.tokens, want) << "chain d=" << d << " ahead=" << ahead << " window=" << window;
       const auto tree = generate_tree_speculative(*engine_, spec(prompt, 70, d, 4, ahead, K, window));
-      EXPECT_EQ(tree.tokens, want) << "tree d=" << d << " ahead=" << ahead << " K=" << K
-                                   << " window=" << window;
+      EXPECT_EQ(tree.tokens, want) << "tree d=" << d << " ahead=" << ahead << " K=" << K << " window=" << window;
       EXPECT_LE(chain.accepted, chain.drafted);
       EXPECT_LE(tree.accepted, tree.drafted);
     }

@@ -11,8 +11,7 @@ namespace tinyloop::runtime {
 
 void validate_init_scale(const ModelConfig& c, double init_scale) {
   if (!std::isfinite(init_scale) || init_scale < 0 || init_scale > kMaxInitScale)
-    throw std::invalid_argument("init_scale must be a finite number in [0, 1e6], got " +
-                                std::to_string(init_scale));
+    throw std::invalid_argument("init_scale must be a finite number in [0, 1e6], got " + std::to_string(init_scale));
   if (init_scale != 1.0 && c.init_state != InitState::Random)
     throw std::invalid_argument(
         "init_scale applies only to a model whose loop starts from a random state "

@@ -54,8 +54,8 @@ inline ModelConfig small_runtime_config() {
 }
 
 // Writes `c` with random weights stored as `weight_dtype` into `file`; returns its path.
-inline const std::string& write_random_model(TempFile& file, const ModelConfig& c,
-                                             const std::string& weight_dtype, uint64_t seed) {
+inline const std::string& write_random_model(TempFile& file, const ModelConfig& c, const std::string& weight_dtype,
+                                             uint64_t seed) {
   RawFile raw = make_raw_file(c, weight_dtype);
   fill_random_weights(raw, seed);
   return file.write(serialize(raw));

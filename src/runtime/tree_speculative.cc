@@ -38,8 +38,7 @@ SpeculativeResult generate_tree_speculative(const Engine& engine, const Speculat
 
   auto kv = new_spec_cache(engine, req);
   const int64_t depth_cap = std::min(req.draft_ahead, req.max_tokens);  // scratch depth
-  model::SpecForward f(engine.model(), *kv, req.draft_loops, req.verify_loops, req.k_branches,
-                       depth_cap);
+  model::SpecForward f(engine.model(), *kv, req.draft_loops, req.verify_loops, req.k_branches, depth_cap);
   SpecOutput out(engine, req);
   PendingDraftRows pending(c);
   SpeculativeResult res;
@@ -49,7 +48,7 @@ SpeculativeResult generate_tree_speculative(const Engine& engine, const Speculat
   int32_t cur = req.prompt.back();
 
   std::vector<float> x_root(D), s_root(D), s_tmp;  // [D] root's loop input, state after d
-  std::vector<float> logits, p, q_root;            // [rows, V], [V], [V]
+  std::vector<float> logits, p, q_root;  // [rows, V], [V], [V]
   while (true) {
     const int64_t P = kv->length();
     const int64_t k = std::min(req.draft_ahead, out.remaining() - 1);
@@ -89,7 +88,7 @@ SpeculativeResult generate_tree_speculative(const Engine& engine, const Speculat
     for (int64_t b = 0; b < Kc; ++b) tok[b][0] = cands[b];
     for (int64_t lv = 0; lv < k; ++lv) {  // depth lv + 1
       std::vector<int64_t> nodes(Kc), pos(Kc, P + lv + 1);  // [Kc]
-      std::vector<int32_t> ids(Kc);                         // [Kc]
+      std::vector<int32_t> ids(Kc);  // [Kc]
       for (int64_t b = 0; b < Kc; ++b) nodes[b] = b * depth_cap + lv, ids[b] = tok[b][lv];
       std::vector<float> x(Kc * D), s(Kc * D);  // [Kc, D]
       f.router().set_rows(0, nodes);
