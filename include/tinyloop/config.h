@@ -42,13 +42,6 @@ struct ModelConfig {
 #define TL_OPT_INT(name, doc) std::optional<int64_t> name;
 #define TL_INT_LIST(name, doc) std::vector<int64_t> name;
 #include "tinyloop/config_fields.def"
-#undef TL_INT
-#undef TL_UINT
-#undef TL_FLOAT
-#undef TL_BOOL
-#undef TL_ENUM
-#undef TL_OPT_INT
-#undef TL_INT_LIST
 
   bool sandwich() const { return norm_placement != NormPlacement::Pre; }
   // Whether layer `index` (over pre, loop, post layers in order) has a value embedding.

@@ -46,6 +46,17 @@ runtime::GenerateRequest make_request(const Engine& e, const py::object& prompt,
   return r;
 }
 
+// The initial-state scale and the exit gate of a generate / generate_stream request; the gate
+// cannot steer beam search, so that pair is refused by name.
+void set_state_and_gate(runtime::GenerateRequest& req, const runtime::BeamParams& beam, double init_scale,
+                        const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
+                        std::optional<int64_t> exit_gate_step, const std::optional<std::string>& exit_gate_kv) {
+  req.init_scale = init_scale;
+  req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step, exit_gate_kv);
+  if (beam.active() && req.exit_gate.any())
+    throw py::value_error("exit_gate: not supported with beam search (beam_size >= 2)");
+}
+
 }  // namespace
 
 void bind_model(py::module_& m, ModelClass& cls) {
@@ -158,14 +169,9 @@ One Model may be used from several Python threads at once (the GIL is released d
             const auto beam = beam_params(beam_size, length_penalty, early_stopping);
             auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
                                     repetition_penalty, stop_sequences, to_seed(seed), stop_at_eos);
-            req.grammar = to_grammar(grammar);
-            req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
-                                               early_exit_peek_every, early_exit_logit_margin);
-            req.kv_loop_slots = kv_loop_slots;
-            req.init_scale = init_scale;
-            req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step, exit_gate_kv);
-            if (beam.active() && req.exit_gate.any())
-              throw py::value_error("exit_gate: not supported with beam search (beam_size >= 2)");
+            fill_exit_grammar_slots(req, early_exit_patience, early_exit_min_L, early_exit_tau, early_exit_peek_every,
+                                    early_exit_logit_margin, grammar, kv_loop_slots);
+            set_state_and_gate(req, beam, init_scale, exit_gate, exit_gate_threshold, exit_gate_step, exit_gate_kv);
             runtime::GenerateResult res;
             {
               py::gil_scoped_release nogil;
@@ -213,14 +219,9 @@ One Model may be used from several Python threads at once (the GIL is released d
             const auto beam = beam_params(beam_size, length_penalty, early_stopping);
             auto req = make_request(*e, prompt, max_tokens, loops, temperature, top_k, top_p, cache_window,
                                     repetition_penalty, stop_sequences, to_seed(seed), stop_at_eos);
-            req.grammar = to_grammar(grammar);
-            req.early_exit = early_exit_params(early_exit_patience, early_exit_min_L, early_exit_tau,
-                                               early_exit_peek_every, early_exit_logit_margin);
-            req.kv_loop_slots = kv_loop_slots;
-            req.init_scale = init_scale;
-            req.exit_gate = gate_request(exit_gate, exit_gate_threshold, exit_gate_step, exit_gate_kv);
-            if (beam.active() && req.exit_gate.any())
-              throw py::value_error("exit_gate: not supported with beam search (beam_size >= 2)");
+            fill_exit_grammar_slots(req, early_exit_patience, early_exit_min_L, early_exit_tau, early_exit_peek_every,
+                                    early_exit_logit_margin, grammar, kv_loop_slots);
+            set_state_and_gate(req, beam, init_scale, exit_gate, exit_gate_threshold, exit_gate_step, exit_gate_kv);
             // A Python exception in the callback stops generation and is re-raised here,
             // unchanged (one raised by the returned value's __bool__ too). The callback
             // returns a bool, None (= go on), or a number-like value with a truth value

@@ -6,8 +6,12 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include <stdexcept>
+#include <string>
+
 #include "base/convert_inl.h"
 #include "base/views.h"
+#include "base/weight_quant_inl.h"
 
 namespace tinyloop::ops {
 
@@ -18,6 +22,16 @@ constexpr int64_t kQ8Block = 32;  // columns per activation block (ggml QK8_0 / 
 inline bool q8act_applies(const WeightView& w) {
   return (w.dtype == DType::I8 || w.dtype == DType::U4) && w.group > 0 && w.group % kQ8Block == 0 &&
          w.cols % w.group == 0;
+}
+
+// The guard of every q8 matmul (the reference and each kernel): w is an int8 / int4 weight the
+// q8 path applies to, with a consistent layout. Throws std::invalid_argument naming the problem.
+inline void require_q8act(const WeightView& w) {
+  if (!q8act_applies(w))
+    throw std::invalid_argument(
+        "q8 activations: need an int8/int4 weight with a group that is a multiple of 32, got group " +
+        std::to_string(w.group));
+  detail::check_quant_view(w);
 }
 
 namespace detail {

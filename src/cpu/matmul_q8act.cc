@@ -165,12 +165,7 @@ constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task (as matmul.cc
 
 // x [T, K], w [N, K], bias [N] or null, y [T, N].
 void detail::matmul_q8act_hwy(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
-  if (!ops::q8act_applies(w))
-    throw std::invalid_argument(
-        "q8 activations: need an int8/int4 weight with a group that is a "
-        "multiple of 32, got group " +
-        std::to_string(w.group));
-  ops::detail::check_quant_view(w);
+  ops::require_q8act(w);
   const int64_t N = w.rows, K = w.cols, nb = K / ops::kQ8Block;
   if (T <= 0 || N <= 0) return;
   const bool int4 = w.dtype == DType::U4;

@@ -368,12 +368,7 @@ void prepare_x(const float* x, Ctx& c, std::vector<int8_t>& xq, std::vector<int3
 }  // namespace
 
 void matmul_q8act_vnni(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
-  if (!ops::q8act_applies(w))
-    throw std::invalid_argument(
-        "q8 activations: need an int8/int4 weight with a group that is a "
-        "multiple of 32, got group " +
-        std::to_string(w.group));
-  ops::detail::check_quant_view(w);
+  ops::require_q8act(w);
   if (!vnni_supported()) throw std::runtime_error("q8 activations: this CPU has no AVX512-VNNI");
   const int64_t N = w.rows, K = w.cols;
   if (T <= 0 || N <= 0) return;

@@ -119,13 +119,6 @@ const FieldSpec kFields[] = {
 #include "tinyloop/config_fields.def"
 };
 
-#undef TL_INT
-#undef TL_UINT
-#undef TL_FLOAT
-#undef TL_BOOL
-#undef TL_ENUM
-#undef TL_OPT_INT
-#undef TL_INT_LIST
 #undef TL_READ
 
 const FieldSpec* find_field(const std::string& name) {
@@ -215,24 +208,10 @@ void require_at_most(int64_t value, int64_t max, const char* field) {
 // call (a file saying default_loops = 2^59 once loaded and then crashed generate()).
 void check_sizes(const ModelConfig& c) {
 #define TL_INT(name, def, presence, min, max, doc) require_at_least(c.name, min, #name);
-#define TL_UINT(name, def, doc)
-#define TL_FLOAT(name, def, doc)
-#define TL_BOOL(name, def, doc)
-#define TL_ENUM(name, type, def, doc)
-#define TL_OPT_INT(name, doc)
-#define TL_INT_LIST(name, doc)
 #include "tinyloop/config_fields.def"
-#undef TL_INT
 #define TL_INT(name, def, presence, min, max, doc) \
   if (max != kNoLimit) require_at_most(c.name, max, #name);
 #include "tinyloop/config_fields.def"
-#undef TL_INT
-#undef TL_UINT
-#undef TL_FLOAT
-#undef TL_BOOL
-#undef TL_ENUM
-#undef TL_OPT_INT
-#undef TL_INT_LIST
 }
 
 void check_heads(const ModelConfig& c) {
@@ -405,13 +384,6 @@ std::string config_to_json(const ModelConfig& c) {
 #define TL_OPT_INT(name, doc) j[#name] = c.name ? nlohmann::ordered_json(*c.name) : nlohmann::ordered_json(nullptr);
 #define TL_INT_LIST(name, doc) j[#name] = c.name;
 #include "tinyloop/config_fields.def"
-#undef TL_INT
-#undef TL_UINT
-#undef TL_FLOAT
-#undef TL_BOOL
-#undef TL_ENUM
-#undef TL_OPT_INT
-#undef TL_INT_LIST
   return j.dump();
 }
 

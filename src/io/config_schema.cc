@@ -51,13 +51,6 @@ std::string config_schema_json() {
 #define TL_OPT_INT(name, doc) fields.push_back(entry(defaults, #name, "int_or_null", FieldPresence::Optional, doc));
 #define TL_INT_LIST(name, doc) fields.push_back(entry(defaults, #name, "int_list", FieldPresence::Optional, doc));
 #include "tinyloop/config_fields.def"
-#undef TL_INT
-#undef TL_UINT
-#undef TL_FLOAT
-#undef TL_BOOL
-#undef TL_ENUM
-#undef TL_OPT_INT
-#undef TL_INT_LIST
   return fields.dump();
 }
 

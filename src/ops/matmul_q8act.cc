@@ -12,12 +12,7 @@ namespace tinyloop::ops::ref {
 
 // x [T, K], w [N, K], bias [N] or null, y [T, N].
 void matmul_q8act(const float* x, int64_t T, const WeightView& w, const float* bias, float* y) {
-  if (!q8act_applies(w))
-    throw std::invalid_argument(
-        "q8 activations: need an int8/int4 weight with a group that is a "
-        "multiple of 32, got group " +
-        std::to_string(w.group));
-  detail::check_quant_view(w);
+  require_q8act(w);
   const int64_t N = w.rows, K = w.cols, nb = K / kQ8Block, ng = K / w.group;
   const int64_t bpg = w.group / kQ8Block;  // activation blocks per weight group
   std::vector<int8_t> q(static_cast<size_t>(K));  // [K] one quantized x row
