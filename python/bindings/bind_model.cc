@@ -57,6 +57,21 @@ void set_state_and_gate(runtime::GenerateRequest& req, const runtime::BeamParams
     throw py::value_error("exit_gate: not supported with beam search (beam_size >= 2)");
 }
 
+// Logits of score (every position: [T, V]) or score_last (the last: [V]), the exit gate's rule
+// applied per row when the call or the file enables it; the GIL is released while it runs.
+std::vector<float> score_logits(const runtime::Engine& e, const py::object& prompt, std::optional<int64_t> loops,
+                                const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
+                                std::optional<int64_t> exit_gate_step, bool last_only) {
+  const auto ids = to_ids(prompt, "prompt");
+  const auto gate = runtime::resolve_gate(e.config(), gate_request(exit_gate, exit_gate_threshold, exit_gate_step), {});
+  const int64_t V = e.config().vocab_size;
+  py::gil_scoped_release nogil;
+  if (!gate.enabled()) return last_only ? e.score_last(ids, loops) : e.score(ids, loops);
+  std::vector<float> logits = runtime::score_exit_gate(e, ids, loops, gate);  // [T, V]
+  if (last_only) logits.erase(logits.begin(), logits.end() - V);
+  return logits;
+}
+
 }  // namespace
 
 void bind_model(py::module_& m, ModelClass& cls) {
@@ -114,16 +129,10 @@ One Model may be used from several Python threads at once (the GIL is released d
              const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
              std::optional<int64_t> exit_gate_step) {
             auto e = self.engine();
-            auto ids = to_ids(prompt, "prompt");
-            const auto gate =
-                runtime::resolve_gate(e->config(), gate_request(exit_gate, exit_gate_threshold, exit_gate_step), {});
-            std::vector<float> logits;
-            {
-              py::gil_scoped_release nogil;
-              logits = gate.enabled() ? runtime::score_exit_gate(*e, ids, loops, gate) : e->score(ids, loops);
-            }
-            const auto T = static_cast<py::ssize_t>(ids.size());
-            return to_numpy(std::move(logits), {T, static_cast<py::ssize_t>(e->config().vocab_size)});
+            auto logits = score_logits(*e, prompt, loops, exit_gate, exit_gate_threshold, exit_gate_step, false);
+            const auto V = static_cast<py::ssize_t>(e->config().vocab_size);
+            const auto T = static_cast<py::ssize_t>(logits.size()) / V;  // logits [T, V]
+            return to_numpy(std::move(logits), {T, V});
           },
           py::arg("prompt"), py::arg("loops") = py::none(), py::arg("exit_gate") = py::none(),
           py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
@@ -136,21 +145,8 @@ One Model may be used from several Python threads at once (the GIL is released d
              const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
              std::optional<int64_t> exit_gate_step) {
             auto e = self.engine();
-            auto ids = to_ids(prompt, "prompt");
-            const auto gate =
-                runtime::resolve_gate(e->config(), gate_request(exit_gate, exit_gate_threshold, exit_gate_step), {});
-            const int64_t V = e->config().vocab_size;
-            std::vector<float> logits;
-            {
-              py::gil_scoped_release nogil;
-              if (gate.enabled()) {
-                logits = runtime::score_exit_gate(*e, ids, loops, gate);
-                logits.erase(logits.begin(), logits.end() - V);
-              } else {
-                logits = e->score_last(ids, loops);
-              }
-            }
-            return to_numpy(std::move(logits), {static_cast<py::ssize_t>(V)});
+            auto logits = score_logits(*e, prompt, loops, exit_gate, exit_gate_threshold, exit_gate_step, true);
+            return to_numpy(std::move(logits), {static_cast<py::ssize_t>(e->config().vocab_size)});
           },
           py::arg("prompt"), py::arg("loops") = py::none(), py::arg("exit_gate") = py::none(),
           py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),

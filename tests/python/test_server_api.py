@@ -189,11 +189,16 @@ def test_completion_logprobs_and_echo(srv, client):
     assert e.choices[0].text.startswith("The old man")
     assert elp.token_logprobs[0] is None and all(v <= 0 for v in elp.token_logprobs[1:])
     assert len(elp.tokens) == n_prompt + 1
-    # the scoring call and the engine agree on the logprob of the first generated token
+    # the scoring call and the engine agree on the logprob of the first generated token: within
+    # the fp16 KV cache's rounding (generation reads K/V back as fp16) with exact activations;
+    # with 8-bit ones (the default for int4 SmolLM2) that 1e-4-scale difference flips int8
+    # roundings downstream and the two agree only to the q8 noise (measured 0.01-0.08 nats on
+    # SmolLM2; docs/model-format.md, "Activations of int8 / int4 matmuls").
     score_only = client.completions.create(model=m, prompt=srv.state.encode("The old man") + [
         srv.state.encode(e.choices[0].text[len("The old man"):], add_special_tokens=False)[0]],
         max_tokens=0, echo=True, logprobs=1)
-    assert abs(score_only.choices[0].logprobs.token_logprobs[-1] - elp.token_logprobs[-1]) < 1e-3
+    bound = 0.15 if srv.state.model.config()["quant_activations"] == "q8" else 1e-3
+    assert abs(score_only.choices[0].logprobs.token_logprobs[-1] - elp.token_logprobs[-1]) < bound
 
 
 def test_loglikelihood_like_lm_eval(srv):
@@ -260,7 +265,8 @@ def test_json_schema_output_validates(srv, client):
 
 def test_json_object_and_regex(srv, client):
     m = model_of(srv)
-    r = client.chat.completions.create(model=m, max_tokens=60, temperature=0,
+    # Room for the whole object: SmolLM2 writes a nested one of ~70 tokens (q8 activations).
+    r = client.chat.completions.create(model=m, max_tokens=200, temperature=0,
                                        messages=[{"role": "user", "content": "A JSON object, please."}],
                                        response_format={"type": "json_object"})
     assert isinstance(json.loads(r.choices[0].message.content), dict)
