@@ -5,7 +5,7 @@
 #   scripts/check_format.sh: every C++ file is clang-formatted (.clang-format).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m ruff check python tests bench scripts examples
+python3 -m ruff check python tests bench scripts examples tools
 python3 scripts/check_citations.py   # comments cite docs/, not documents outside the repository
 python3 scripts/check_layers.py
 bash scripts/check_format.sh

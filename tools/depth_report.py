@@ -3,7 +3,7 @@
 
     python3 tools/depth_report.py --model models/tinyloop-demo.tinyloop \\
         --task add --task-format pad --carry-bias 0.5 --task-size 4 --n 1000 \\
-        --depths 1,2,4,8,16,32 --out-dir docs/img --json depth-report.json
+        --depths 1,2,4,8,16,32 --out-dir docs/images --json depth-report.json
 
 Every number comes from the installed engine (`tinyloop_py`, `tinyloop`); only the problems
 come from the trainer's task generator (tools/train/tasks.py, imported by path):
@@ -440,7 +440,7 @@ def parse_args(argv=None):
                     help="the problem whose per-token loops are drawn: an index or a held-out prompt "
                          "(default: the first with the longest carry chain)")
     ap.add_argument("--batch", type=int, default=64, help="requests the engine runs at once")
-    ap.add_argument("--out-dir", default=os.path.join(ROOT, "docs", "img"), help="where the PNGs go")
+    ap.add_argument("--out-dir", default=os.path.join(ROOT, "docs", "images"), help="where the PNGs go")
     ap.add_argument("--json", default=None, help="write every number here")
     args = ap.parse_args(argv)
     if args.batch < 1:

@@ -13,7 +13,8 @@ def write_model(path, config, tensors, tokenizer_json=None, chat_template=None, 
         arr = np.asarray(arr)
         is_norm_or_bias = name.endswith(".bias") or "norm" in name
         np_dt, tag = _DT["f32" if is_norm_or_bias else weight_dtype]
-        items.append((name, np.ascontiguousarray(arr.astype(np_dt)).astype(np_dt.__call__(0).dtype.newbyteorder("<")), tag))
+        little_endian = np_dt.__call__(0).dtype.newbyteorder("<")
+        items.append((name, np.ascontiguousarray(arr.astype(np_dt)).astype(little_endian), tag))
     items.sort(key=lambda t: (-t[1].itemsize, t[0]))
     header, off = {}, 0
     for name, arr, tag in items:

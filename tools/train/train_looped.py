@@ -287,7 +287,10 @@ def main(argv=None):
     T, B = a.context, a.batch
     warmup = a.warmup or max(1, a.steps // 20)
     sched = optax.warmup_cosine_decay_schedule(0.0, a.lr, warmup, a.steps, a.lr * a.min_lr_frac)
-    decay_mask = lambda p: {k: (v.ndim == 2) for k, v in p.items()}  # no decay on norms
+
+    def decay_mask(p):  # no decay on norms
+        return {k: (v.ndim == 2) for k, v in p.items()}
+
     opt = optax.chain(optax.clip_by_global_norm(a.clip),
                       optax.adamw(sched, b1=0.9, b2=0.95, weight_decay=a.weight_decay,
                                   mask=decay_mask))
