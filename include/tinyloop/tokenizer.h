@@ -1,6 +1,7 @@
 // Text <-> token ids with the tokenizer a .tinyloop file carries (docs/cpp-api.md, "Text").
-// Only byte-level BPE (GPT-2 style, the bundled demo model's kind) is supported; other
-// tokenizers are refused when loaded rather than approximated.
+// Only byte-level BPE (GPT-2 style, optionally with every digit isolated first: the bundled
+// demo model's kind) is supported; other tokenizers are refused when loaded rather than
+// approximated.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -1,6 +1,6 @@
 // tinyloop::Tokenizer (include/tinyloop/tokenizer.h): byte-level BPE read from a Hugging
-// Face tokenizer.json. encode = split out special tokens -> GPT-2 pre-tokenizer
-// (api/byte_level.h) -> bytes to stand-in characters -> BPE merges by rank -> vocabulary ids;
+// Face tokenizer.json. encode = split out special tokens -> (digits isolated, when the
+// pre-tokenizer says so) -> GPT-2 pre-tokenizer (api/byte_level.h) -> bytes to stand-in characters -> BPE merges by rank -> vocabulary ids;
 // decode maps ids back through the vocabulary and the stand-in characters to bytes.
 // Any setting that would change the result and is not implemented is refused at load.
 #include "tinyloop/tokenizer.h"
@@ -37,13 +37,36 @@ bool flag(const json& obj, const char* key) {
   return obj.contains(key) && obj[key].is_boolean() && obj[key].get<bool>();
 }
 
-void check_pipeline(const json& j) {
-  if (component_type(j, "normalizer") != "") unsupported("normalizer " + component_type(j, "normalizer"));
-  if (component_type(j, "pre_tokenizer") != "ByteLevel")
-    unsupported("pre_tokenizer '" + component_type(j, "pre_tokenizer") + "'");
-  const json& pre = j["pre_tokenizer"];
+// The ByteLevel pre-tokenizer's settings this library implements (GPT-2's regex, no prefix space).
+void check_byte_level(const json& pre) {
   if (flag(pre, "add_prefix_space")) unsupported("ByteLevel add_prefix_space=true");
   if (pre.contains("use_regex") && !flag(pre, "use_regex")) unsupported("ByteLevel use_regex=false");
+}
+
+// Checks the pipeline is one this library runs exactly. Returns whether the pre-tokenizer
+// first isolates every digit: Sequence[Digits(individual_digits=true), ByteLevel], the
+// "digits" tokenizer of tools/train/tokenizer.py (each digit one token, for arithmetic).
+bool check_pipeline(const json& j) {
+  if (component_type(j, "normalizer") != "") unsupported("normalizer " + component_type(j, "normalizer"));
+  const std::string pre_type = component_type(j, "pre_tokenizer");
+  bool split_digits = false;
+  if (pre_type == "ByteLevel") {
+    check_byte_level(j["pre_tokenizer"]);
+  } else if (pre_type == "Sequence") {
+    const json& seq = j["pre_tokenizer"];
+    const json* steps =
+        seq.contains("pretokenizers") && seq["pretokenizers"].is_array() ? &seq["pretokenizers"] : nullptr;
+    const bool digits_then_bytes = steps && steps->size() == 2 && (*steps)[0].is_object() && (*steps)[1].is_object() &&
+                                   (*steps)[0].value("type", "") == "Digits" &&
+                                   flag((*steps)[0], "individual_digits") &&
+                                   (*steps)[1].value("type", "") == "ByteLevel";
+    if (!digits_then_bytes)
+      unsupported("pre_tokenizer Sequence other than [Digits(individual_digits=true), ByteLevel]");
+    check_byte_level((*steps)[1]);
+    split_digits = true;
+  } else {
+    unsupported("pre_tokenizer '" + pre_type + "'");
+  }
   if (component_type(j, "decoder") != "ByteLevel") unsupported("decoder '" + component_type(j, "decoder") + "'");
   // A ByteLevel post-processor only trims offsets; any other would add tokens to encode().
   const std::string post = component_type(j, "post_processor");
@@ -56,6 +79,7 @@ void check_pipeline(const json& j) {
     if (m.contains(key) && m[key].is_string() && !m[key].get<std::string>().empty())
       unsupported(std::string("BPE ") + key);
   if (m.contains("dropout") && !m["dropout"].is_null()) unsupported("BPE dropout");
+  return split_digits;
 }
 
 int32_t checked_id(const json& v, const std::string& what) {
@@ -77,6 +101,7 @@ struct Tokenizer::Impl {
   std::vector<std::string> id_bytes;  // [size] the bytes of each id
   std::vector<bool> id_special;  // [size]
   std::vector<Added> added;
+  bool split_digits = false;  // every digit its own pre-token before GPT-2's split (check_pipeline)
 
   int rank(const std::string& a, const std::string& b) const {
     auto it = merge_rank.find(a + " " + b);
@@ -117,9 +142,24 @@ struct Tokenizer::Impl {
                                     " at offset " + std::to_string(offset + i) +
                                     " is not ASCII; the C++ tokenizer splits ASCII text only (docs/cpp-api.md)");
     size_t pos = offset;
-    for (std::string_view piece : split_gpt2_ascii(text)) {
-      bpe(piece, pos, out);
-      pos += piece.size();
+    auto gpt2 = [&](std::string_view run) {
+      for (std::string_view piece : split_gpt2_ascii(run)) {
+        bpe(piece, pos, out);
+        pos += piece.size();
+      }
+    };
+    if (!split_digits) return gpt2(text);
+    // Digits(individual_digits=true) isolates each digit; GPT-2's split then runs on the text
+    // between them, so " 42" becomes " ", "4", "2".
+    size_t start = 0;
+    for (size_t i = 0; i <= text.size(); ++i) {
+      if (i < text.size() && (text[i] < '0' || text[i] > '9')) continue;
+      if (i > start) gpt2(text.substr(start, i - start));
+      if (i < text.size()) {
+        bpe(text.substr(i, 1), pos, out);
+        pos += 1;
+      }
+      start = i + 1;
     }
   }
 };
@@ -127,7 +167,7 @@ struct Tokenizer::Impl {
 Tokenizer::Tokenizer(std::string_view tokenizer_json) : impl_(std::make_unique<Impl>()) {
   json j = json::parse(tokenizer_json, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) throw std::invalid_argument("tokenizer: not a JSON object");
-  check_pipeline(j);
+  impl_->split_digits = check_pipeline(j);
   const json& m = j["model"];
   if (!m.contains("vocab") || !m["vocab"].is_object()) throw std::invalid_argument("tokenizer: no BPE 'vocab' object");
   int64_t size = 0;
