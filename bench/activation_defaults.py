@@ -20,24 +20,12 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def speed(path: str, act: str, threads: int, n_prompt: int, n_gen: int, loops: int) -> tuple[float, float]:
@@ -73,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import tinyloop_py as tl
+    from tinyloop.bench import cpu_name
     from tinyloop.quant_eval import compare_models, eval_windows
     from tinyloop.quantize_file import quantize_model
 
