@@ -35,6 +35,9 @@ void pack_q8act(const ops::WeightView& w, void* out);
 // Which kernel matmul_q8act runs on packed copies: "avx512vnni", "avx2", or (no copies made)
 // "portable-<Highway target>".
 std::string q8act_kernel_name();
+// true when matmul_q8act has a packed kernel here (AVX512-VNNI or AVX2): copies are made and
+// q8 activations are the fast path; false: only the portable kernel (slower than exact f32).
+bool q8act_packed_available();
 // false: the q8 matmul never runs the AVX512-VNNI kernels (A/B runs; ops/backend.h applies
 // TINYLOOP_DISABLE_VNNI through it). Takes effect only before the first q8 kernel or packing.
 void set_vnni_enabled(bool on);

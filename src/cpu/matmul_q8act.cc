@@ -222,6 +222,8 @@ int64_t q8act_packed_bytes(const ops::WeightView& w) { return packed_isa() ? det
 
 void set_vnni_enabled(bool on) { g_vnni_wanted.store(on); }
 
+bool q8act_packed_available() { return packed_isa().has_value(); }
+
 std::string q8act_kernel_name() {
   if (const auto isa = packed_isa()) return *isa == detail::PackedIsa::Avx512Vnni ? "avx512vnni" : "avx2";
   return "portable-" + simd_target_name();

@@ -39,16 +39,6 @@ void apply(const BackendSettings& s, const char* amx_off_reason) {
   if (s.vnni) cpu::set_vnni_enabled(*s.vnni);
 }
 
-// The environment's defaults, once per process, before any kernel or setting is touched.
-void ensure_defaults() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    BackendSettings s = backend_settings_from_env();
-    s.force_scalar = s.force_scalar.value_or(false);
-    apply(s, "disabled by TINYLOOP_DISABLE_AMX");
-  });
-}
-
 // Packs each view of `todo` with pack(view, dst) into one huge-page arena, size_of(view)
 // bytes each (rounded up to 64), and lets set(view, dst) point the view at its copy.
 template <class SizeOf, class Pack, class Set>
@@ -72,6 +62,16 @@ WeightCopies pack_copies(const std::vector<WeightView*>& todo, SizeOf size_of, P
 
 }  // namespace
 
+// The environment's defaults, once per process, before any kernel or setting is touched.
+void ensure_backend_defaults() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    BackendSettings s = backend_settings_from_env();
+    s.force_scalar = s.force_scalar.value_or(false);
+    apply(s, "disabled by TINYLOOP_DISABLE_AMX");
+  });
+}
+
 BackendSettings backend_settings_from_env() {
   BackendSettings s;
   if (const char* env = std::getenv("TINYLOOP_NUM_THREADS")) {
@@ -86,7 +86,7 @@ BackendSettings backend_settings_from_env() {
 }
 
 void configure_backend(const BackendSettings& s) {
-  ensure_defaults();
+  ensure_backend_defaults();
   apply(s, "disabled by set_amx_enabled(false)");
 }
 
@@ -99,26 +99,30 @@ void set_force_scalar(bool on) {
 bool force_scalar() {
   int v = g_force_scalar.load(std::memory_order_relaxed);
   if (v < 0) {
-    ensure_defaults();
+    ensure_backend_defaults();
     v = g_force_scalar.load();
   }
   return v == 1;
 }
 
 int num_threads() {
-  ensure_defaults();
+  ensure_backend_defaults();
   return cpu::num_threads();
 }
 
+bool q8act_is_fast() {
+  ensure_backend_defaults();
+  return cpu::q8act_packed_available();
+}
+
 BackendInfo backend_info() {
-  ensure_defaults();
+  ensure_backend_defaults();
   BackendInfo i;
   i.simd_target = cpu::simd_target_name();
   i.compiled_targets = cpu::compiled_target_names();
   i.force_scalar = force_scalar();
   i.num_threads = cpu::num_threads();
   i.q8_kernel = cpu::q8act_kernel_name();
-  i.q8_packed = i.q8_kernel.rfind("portable", 0) != 0;
   i.bf16_kernel = cpu::bf16dot_kernel_name();
   i.amx = cpu::amx_bf16_active();
   i.amx_reason = cpu::amx_inactive_reason();
@@ -126,7 +130,7 @@ BackendInfo backend_info() {
 }
 
 WeightCopies make_bf16dot_copies(const std::vector<WeightView*>& views) {
-  ensure_defaults();
+  ensure_backend_defaults();
   std::vector<WeightView*> todo(views);
   std::erase_if(todo, [](const WeightView* v) {
     return !v->data || (v->dtype != DType::F32 && v->dtype != DType::F16 && v->dtype != DType::BF16);
@@ -138,7 +142,7 @@ WeightCopies make_bf16dot_copies(const std::vector<WeightView*>& views) {
 }
 
 WeightCopies make_q8act_copies(const std::vector<WeightView*>& views) {
-  ensure_defaults();
+  ensure_backend_defaults();
   std::vector<WeightView*> todo(views);
   std::erase_if(todo, [](const WeightView* v) { return !v->data || !v->q8act || q8act_packed_bytes(*v) == 0; });
   return pack_copies(

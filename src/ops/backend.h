@@ -48,7 +48,6 @@ struct BackendInfo {
   bool force_scalar = false;
   int num_threads = 1;
   std::string q8_kernel;  // quant_activations="q8": "avx512vnni", "avx2" or "portable-<target>"
-  bool q8_packed = false;  // q8_kernel is a packed one: there q8 activations are the fast path
   std::string bf16_kernel;  // fp16_body: "amx", "avx512bf16" or "portable-<target>"
   bool amx = false;  // AMX tiles in use
   std::string amx_reason;  // why not, when amx is false
@@ -57,6 +56,15 @@ BackendInfo backend_info();
 
 // Threads the kernels use, the calling thread included (>= 1); set with configure_backend.
 int num_threads();
+
+// true when int8 / int4 matmuls with q8 activations run a packed kernel (AVX512-VNNI or
+// AVX2): there "q8" is the fast path, elsewhere the portable kernel is slower than "f32".
+bool q8act_is_fast();
+
+// Applies the environment's defaults if nothing has yet (idempotent, cheap after the first
+// call). Every function of this header and every op does it first; ops/dispatch.cc calls
+// it before asking the kernels anything the settings decide.
+void ensure_backend_defaults();
 
 // Copies of weights the backend derives at load time, in one buffer it owns (each copy 64-byte
 // aligned, the buffer on huge pages: base/huge_pages.h). The views point into it, so it must

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "cpu/kernels.h"
+#include "ops/backend.h"
 #include "ops/matmul_bf16dot.h"
 #include "ops/matmul_q8act.h"
 #include "ops/ops.h"
@@ -27,11 +28,11 @@ void matmul(const float* x, int64_t T, const WeightView& w, const float* bias, f
 
 // The packed layout depends on the kernel the settings pick (VNNI or not): defaults first.
 int64_t q8act_packed_bytes(const WeightView& w) {
-  (void)scalar();
+  ensure_backend_defaults();
   return cpu::q8act_packed_bytes(w);
 }
 void pack_q8act(const WeightView& w, void* out) {
-  (void)scalar();
+  ensure_backend_defaults();
   cpu::pack_q8act(w, out);
 }
 

@@ -3,6 +3,7 @@
 // passes them through to ops/backend.h, so no frontend reaches below the runtime.
 #pragma once
 #include "ops/backend.h"
+#include "ops/ops.h"  // set_force_scalar
 
 namespace tinyloop::runtime {
 
@@ -18,11 +19,7 @@ inline void set_num_threads(int n) {
 }
 inline int num_threads() { return ops::num_threads(); }
 // true: the scalar reference kernels instead of the SIMD ones (default env TINYLOOP_FORCE_SCALAR=1).
-inline void set_force_scalar(bool on) {
-  BackendSettings s;
-  s.force_scalar = on;
-  ops::configure_backend(s);
-}
+inline void set_force_scalar(bool on) { ops::set_force_scalar(on); }
 inline void configure_backend(const BackendSettings& s) { ops::configure_backend(s); }
 inline BackendInfo backend_info() { return ops::backend_info(); }
 

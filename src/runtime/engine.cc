@@ -50,7 +50,7 @@ bool parse_quant_activations(const std::optional<std::string>& mode, const Model
     if (env && *env) m = env;
   }
   if (m.empty()) {
-    if (!ops::backend_info().q8_packed) return false;
+    if (!ops::q8act_is_fast()) return false;
     for (const auto& [name, t] : file.tensors())
       if (t.dtype == StoredDType::I8 || t.dtype == StoredDType::U8) return true;
     return false;
