@@ -72,6 +72,20 @@ std::vector<float> score_logits(const runtime::Engine& e, const py::object& prom
   return logits;
 }
 
+// Model.score (every row: float32 [T, V]) and Model.score_last (the last: [V]): one body,
+// the same arguments.
+auto score_method(bool last_only) {
+  return [last_only](const PyModel& self, const py::object& prompt, std::optional<int64_t> loops,
+                     const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
+                     std::optional<int64_t> exit_gate_step) {
+    auto e = self.engine();
+    auto logits = score_logits(*e, prompt, loops, exit_gate, exit_gate_threshold, exit_gate_step, last_only);
+    const auto V = static_cast<py::ssize_t>(e->config().vocab_size);
+    const auto T = static_cast<py::ssize_t>(logits.size()) / V;
+    return last_only ? to_numpy(std::move(logits), {V}) : to_numpy(std::move(logits), {T, V});
+  };
+}
+
 }  // namespace
 
 void bind_model(py::module_& m, ModelClass& cls) {
@@ -123,34 +137,16 @@ One Model may be used from several Python threads at once (the GIL is released d
       .def(
           "tokenizer_json", [](const PyModel& self) { return self.engine()->model().file().tokenizer_json(); },
           "The embedded Hugging Face tokenizer.json text ('' when the file has none).")
-      .def(
-          "score",
-          [](const PyModel& self, const py::object& prompt, std::optional<int64_t> loops,
-             const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
-             std::optional<int64_t> exit_gate_step) {
-            auto e = self.engine();
-            auto logits = score_logits(*e, prompt, loops, exit_gate, exit_gate_threshold, exit_gate_step, false);
-            const auto V = static_cast<py::ssize_t>(e->config().vocab_size);
-            const auto T = static_cast<py::ssize_t>(logits.size()) / V;  // logits [T, V]
-            return to_numpy(std::move(logits), {T, V});
-          },
-          py::arg("prompt"), py::arg("loops") = py::none(), py::arg("exit_gate") = py::none(),
-          py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
-          "Logits of every position: float32 [seq_len, vocab_size]. On a model with an exit gate\n"
-          "(Ouro) each row follows the gate's rule (exit_gate: 'off' | 'threshold' | 'step' |\n"
-          "'weighted'; None = the model file's config; docs/loop-depth.md, \"Exit gate\").")
-      .def(
-          "score_last",
-          [](const PyModel& self, const py::object& prompt, std::optional<int64_t> loops,
-             const std::optional<std::string>& exit_gate, std::optional<double> exit_gate_threshold,
-             std::optional<int64_t> exit_gate_step) {
-            auto e = self.engine();
-            auto logits = score_logits(*e, prompt, loops, exit_gate, exit_gate_threshold, exit_gate_step, true);
-            return to_numpy(std::move(logits), {static_cast<py::ssize_t>(e->config().vocab_size)});
-          },
-          py::arg("prompt"), py::arg("loops") = py::none(), py::arg("exit_gate") = py::none(),
-          py::arg("exit_gate_threshold") = py::none(), py::arg("exit_gate_step") = py::none(),
-          "Logits of the last position: float32 [vocab_size] (the exit gate as in score()).")
+      .def("score", score_method(false), py::arg("prompt"), py::arg("loops") = py::none(),
+           py::arg("exit_gate") = py::none(), py::arg("exit_gate_threshold") = py::none(),
+           py::arg("exit_gate_step") = py::none(),
+           "Logits of every position: float32 [seq_len, vocab_size]. On a model with an exit gate\n"
+           "(Ouro) each row follows the gate's rule (exit_gate: 'off' | 'threshold' | 'step' |\n"
+           "'weighted'; None = the model file's config; docs/loop-depth.md, \"Exit gate\").")
+      .def("score_last", score_method(true), py::arg("prompt"), py::arg("loops") = py::none(),
+           py::arg("exit_gate") = py::none(), py::arg("exit_gate_threshold") = py::none(),
+           py::arg("exit_gate_step") = py::none(),
+           "Logits of the last position: float32 [vocab_size] (the exit gate as in score()).")
       .def(
           "generate",
           [](const PyModel& self, const py::object& prompt, int64_t max_tokens, std::optional<int64_t> loops,
