@@ -18,7 +18,10 @@ the same arithmetic) and/or f32 (exact activations).
 
 ppN: tokens/s of one N-token prompt evaluation (fresh context). tgN: tokens/s of N one-token
 evaluations after a one-token prompt (greedy argmax for TinyLoop, which includes its sampler;
-llama.cpp is timed on eval alone). The two engines alternate within every repetition, so a
+llama.cpp is timed on eval alone). -d D1,D2 (context depth) adds "tgN @ dD" rows: the N
+evaluations after a D-token prompt whose prefill is not timed, so each step attends over D
+and more positions in every layer application (long-context decode: K/V reads grow with D
+and with L). The warm-up round runs depth 0 only. The two engines alternate within every repetition, so a
 load change on a shared machine hits both; the table gives means and the TinyLoop/llama.cpp
 ratio (> 1: TinyLoop faster).
 
@@ -127,10 +130,12 @@ def llama_pp(llm, n: int, vocab: int, rep: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def llama_tg(llm, n: int, vocab: int, rep: int) -> float:
+def llama_tg(llm, n: int, vocab: int, rep: int, depth: int = 0) -> float:
+    """Tokens/s of n one-token evaluations after a max(1, depth)-token prompt (untimed), the
+    prompt the same as TinyLoop's (bench.run_tg)."""
     rng = np.random.default_rng(rep)
     llm.reset()
-    llm.eval([int(rng.integers(3, vocab))])
+    llm.eval([int(t) for t in bench._prompt(depth, vocab, rep)] if depth > 0 else [int(rng.integers(3, vocab))])
     t0 = time.perf_counter()
     for _ in range(n):
         llm.eval([int(rng.integers(3, vocab))])
@@ -182,6 +187,8 @@ def main(argv=None) -> int:
     ap.add_argument("-t", "--threads", type=bench._ints, default=[2])
     ap.add_argument("-p", "--n-prompt", type=int, default=512)
     ap.add_argument("-n", "--n-gen", type=int, default=128)
+    ap.add_argument("-d", "--depth", type=bench._ints, default=[0],
+                    help="context depths for tg, comma-separated (0: after a one-token prompt)")
     ap.add_argument("-r", "--repetitions", type=int, default=3)
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--weight-dtype", type=bench._strs, default=["f16"],
@@ -231,7 +238,7 @@ def main(argv=None) -> int:
         for qa in args.quant_activations:
             configs.append((f"{wd} {qa} / {GGML_FOR[wd]}", tl_path, {"quant_activations": qa}, gguf_path))
 
-    n_ctx = args.n_prompt + args.n_gen + 8
+    n_ctx = max(args.n_prompt, max(args.depth)) + args.n_gen + 8
     results = []  # (threads, config label, test, tinyloop samples, llama samples)
     peer = torch_setup(args, tl, path, loops, n_ctx) if args.torch else None
     threads0 = tl.get_num_threads()
@@ -249,14 +256,20 @@ def main(argv=None) -> int:
             if peer:
                 peer.set_threads(th)
             s = {}
+
+            def depths(rep):
+                return args.depth if rep > 0 else [0]  # the warm-up round: no long prefills
+
             for rep in range(args.repetitions + 1):  # rep 0: warm-up
                 got = {}
                 for (label, _, _, g), model in zip(configs, models):
                     got[(label, "tl_pp")] = bench.run_pp(model, args.n_prompt, loops, vocab, rep)
-                    got[(label, "tl_tg")] = bench.run_tg(model, args.n_gen, 0, loops, vocab, rep)
+                    for d in depths(rep):
+                        got[(label, f"tl_tg{d}")] = bench.run_tg(model, args.n_gen, d, loops, vocab, rep)
                 for g, llm in llms.items():  # each GGUF once, whatever the TinyLoop modes
                     got[(g, "ll_pp")] = llama_pp(llm, args.n_prompt, vocab, rep)
-                    got[(g, "ll_tg")] = llama_tg(llm, args.n_gen, vocab, rep)
+                    for d in depths(rep):
+                        got[(g, f"ll_tg{d}")] = llama_tg(llm, args.n_gen, vocab, rep, d)
                 if peer:
                     got.update(peer.pp(args.n_prompt, loops, vocab, rep))
                     got.update(peer.tg(args.n_gen, loops, vocab, rep))
@@ -267,10 +280,13 @@ def main(argv=None) -> int:
             if Llama is not None:
                 for label, _, _, g in configs:
                     results.append((th, label, f"pp{args.n_prompt}", s[(label, "tl_pp")], s[(g, "ll_pp")]))
-                    results.append((th, label, f"tg{args.n_gen}", s[(label, "tl_tg")], s[(g, "ll_tg")]))
+                    for d in args.depth:
+                        test = f"tg{args.n_gen}" + (f" @ d{d}" if d else "")
+                        results.append((th, label, test, s[(label, f"tl_tg{d}")], s[(g, f"ll_tg{d}")]))
             if peer:
                 # The peer's table: its own samples, and the first TinyLoop config as "tl".
-                main = {k[1]: v for k, v in s.items() if isinstance(k, tuple) and k[0] == configs[0][0]}
+                main = {("tl_tg" if k[1] == "tl_tg0" else k[1]): v for k, v in s.items()
+                        if isinstance(k, tuple) and k[0] == configs[0][0] and k[1] in ("tl_pp", "tl_tg0")}
                 peer.collect(th, args, {k: v for k, v in s.items() if isinstance(k, str)} | main)
     finally:
         for m in models:

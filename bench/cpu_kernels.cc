@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "base/huge_pages.h"
 #include "bench_timing.h"
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
@@ -171,6 +172,55 @@ void attention_case(int64_t T, int64_t ctx, int reps) {
   }
 }
 
+// Long-context decode as the engine runs it: one query row against `slots` KV slots of `ctx`
+// positions each (the bench model at L = 8 has 18 layer applications, each with its own
+// slot), blocks of 32 rows on huge pages in shuffled order, position-major blocks ([rows,
+// heads, hd], the cache before 2026-12-03) against head-major ones ([heads, rows, hd], each
+// head's rows one stream). Every call reads all slots' K and V once: the rate is KV GB/s.
+void decode_slots_case(int64_t ctx, int64_t slots, int reps) {
+  const int64_t H = 12, hd = 64, B = 32, nb = (ctx + B - 1) / B, row = H * hd;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  const size_t block_elems = size_t(2 * B * row);  // K then V, uint16
+  HugeBytes arena = alloc_huge_pages(size_t(slots * nb) * block_elems * 2);
+  auto* base = reinterpret_cast<uint16_t*>(arena.get());
+  for (size_t i = 0; i < size_t(slots * nb) * block_elems; ++i) base[i] = ops::f32_to_f16(d(rng));
+  std::vector<int64_t> order(static_cast<size_t>(slots * nb));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<ops::KvBlock> table(order.size());  // [slots, nb]
+  for (size_t i = 0; i < order.size(); ++i) {
+    uint16_t* b = base + size_t(order[i]) * block_elems;
+    table[i] = {b, b + B * row, nullptr, nullptr};
+  }
+  std::vector<float> q(size_t(H * hd)), out(q.size());  // [1, H, hd]
+  for (auto& e : q) e = d(rng);
+  const int64_t q_pos = ctx - 1, k_lo = 0;
+  const double bytes = double(slots) * double(ctx) * double(row) * 2 * 2;  // K + V, F16
+  for (bool hm : {false, true}) {
+    std::vector<ops::KvView> views(static_cast<size_t>(slots));
+    for (int64_t s = 0; s < slots; ++s) {
+      ops::KvView& v = views[size_t(s)];
+      v.dtype = ops::KvDType::F16;
+      v.capacity = nb * B;
+      v.n_kv_heads = H;
+      v.head_dim = hd;
+      v.block_rows = B;
+      v.blocks = table.data() + s * nb;
+      v.head_major = hm;
+    }
+    const auto [wall, cpu] = time_best(
+        [&] {
+          for (const auto& v : views) cpu::attention(q.data(), 1, H, v, &q_pos, &k_lo, out.data());
+        },
+        reps);
+    std::printf("decode attention %lld slots x %-5lld positions, F16 KV, %-13s %8.3f ms  %6.1f GB/s KV"
+                "  | per CPU-s: %6.1f GB/s\n",
+                (long long)slots, (long long)ctx, hm ? "head-major" : "position-major", wall * 1e3,
+                bytes / wall / 1e9, bytes / cpu / 1e9);
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -183,6 +233,11 @@ int main() {
     for (int64_t T : {1, 4, 8, 16, 32, 64}) matmul_case("batch", T, 768, 2048, DType::F16, T <= 8 ? 50 : 20);
     // The head: 49 MB of F16 weights, streamed from memory every step.
     for (int64_t T : {1, 16, 64}) matmul_case("batch", T, 768, 32000, DType::F16, 5);
+    return 0;
+  }
+  // TINYLOOP_BENCH_DECODE_SLOTS=1: only long-context decode attention over 18 slots.
+  if (std::getenv("TINYLOOP_BENCH_DECODE_SLOTS")) {
+    for (int64_t ctx : {512, 2048, 4096, 8192}) decode_slots_case(ctx, 18, ctx <= 2048 ? 20 : 8);
     return 0;
   }
   // TINYLOOP_BENCH_ATTENTION_ONLY=1: only attention, contiguous against paged KV.

@@ -50,9 +50,11 @@ enum class RopeLayout { Half, Interleaved };
 enum class KvDType { F32, F16, I8, H16, H8, H4 };
 inline bool is_store_h(KvDType t) { return t == KvDType::H16 || t == KvDType::H8 || t == KvDType::H4; }
 
-// Where one run of KV rows lives: K and V values [rows, n_kv_heads, head_dim] in the slot's
-// dtype, and (I8 only) their scales [rows, n_kv_heads]. Store-h slots keep h rows in `k`
-// ([rows, h_row_bytes]) and their scales in `k_scale`.
+// Where one run of KV rows lives: K and V values in the slot's dtype, and (I8 only) their
+// scales, in the order the view's `head_major` names (KvView::index): [rows, n_kv_heads,
+// head_dim] / [rows, n_kv_heads] position-major, [n_kv_heads, rows, head_dim] /
+// [n_kv_heads, rows] head-major. Store-h slots keep h rows in `k` ([rows, h_row_bytes]) and
+// their scales in `k_scale`.
 struct KvBlock {
   void* k = nullptr;
   void* v = nullptr;
@@ -67,8 +69,13 @@ struct KvBlock {
 //   Paged (blocks != nullptr): row r is row r % block_rows of blocks[r / block_rows]
 //     (vLLM's PagedAttention block table); capacity is a multiple of block_rows. A block a
 //     window can no longer see may be null; it is never read.
-// The arithmetic of attention never depends on the addressing: a paged slot gives exactly
-// the bits of a contiguous one holding the same rows.
+//   head_major: inside each unit (a block, or the whole contiguous ring) the rows of one kv
+//     head are consecutive, [n_kv_heads, unit rows, head_dim], so attention, which walks one
+//     kv head over many positions, reads K and V as contiguous streams (the KV cache's
+//     blocks); otherwise a position's kv heads are consecutive, [unit rows, n_kv_heads,
+//     head_dim], the order a projection writes (scratch views, store-h rebuilds).
+// The arithmetic of attention never depends on the addressing: a paged or head-major slot
+// gives exactly the bits of a contiguous position-major one holding the same rows.
 struct KvView {
   KvDType dtype = KvDType::F16;
   const void* k = nullptr;  // contiguous: [capacity, n_kv_heads, head_dim]
@@ -80,6 +87,7 @@ struct KvView {
   const float* v_scale = nullptr;  // contiguous: [capacity, n_kv_heads], I8 only
   int64_t block_rows = 0;  // paged: rows per block
   const KvBlock* blocks = nullptr;  // paged: [capacity / block_rows] block table
+  bool head_major = false;  // the order inside a unit (above)
 
   // Rows per addressing unit: block_rows when paged, the whole ring otherwise.
   int64_t unit_rows() const { return blocks ? block_rows : capacity; }
@@ -93,6 +101,12 @@ struct KvView {
     *row = r % block_rows;
     return blocks[r / block_rows];
   }
+  // The (row, kv head) pair's index inside its unit (row: block_of's *row): its values start
+  // at element index * head_dim of the unit's K / V, its I8 scale is element index of the
+  // unit's scales.
+  int64_t index(int64_t row, int64_t g) const { return head_major ? g * unit_rows() + row : row * n_kv_heads + g; }
+  // How far apart in index units two consecutive rows of one kv head are.
+  int64_t row_step() const { return head_major ? 1 : n_kv_heads; }
 };
 
 // Rows [begin, begin + rows) of a batched attention call, all reading one slot.

@@ -87,28 +87,34 @@ HWY_INLINE hn::Vec<DF> LoadChunk(DF df, const KT* HWY_RESTRICT row, int64_t c, i
   }
 }
 
-// A run of a window that lies in one block: positions lo .. lo + n - 1, row p % cap of the
-// block (cap = the block's rows; a run never wraps).
+// A run of a window that lies in one block, seen from one kv head g: positions lo .. lo +
+// n - 1, row r = p % cap of the block (cap = the block's rows; a run never wraps). Row r of
+// head g starts at k + r * rs (v likewise) and its I8 scale is ks[r * ss]: rs = hd, ss = 1 in
+// a head-major block (each head's rows one contiguous stream), rs = n_kv * hd, ss = n_kv in
+// a position-major one (KvView::index).
 template <typename KT>
 struct Seg {
-  const KT* k;  // [cap, n_kv, hd]
-  const KT* v;  // [cap, n_kv, hd]
-  const float* ks;  // [cap, n_kv] K row scales (INT8 only, else null)
-  const float* vs;  // [cap, n_kv] V row scales (INT8 only, else null)
+  const KT* k;  // head g's row 0 of the block
+  const KT* v;  // head g's row 0 of the block
+  const float* ks;  // head g's row-0 K scale (INT8 only, else null)
+  const float* vs;  // head g's row-0 V scale (INT8 only, else null)
+  int64_t rs, ss;  // elements / scales from one row of head g to the next
   int64_t cap, lo, n;
 };
 
-// Positions lo .. hi of slot kv as runs within one block each (a contiguous ring is one
-// block: split only where the ring wraps). seg is cleared first; empty when lo > hi.
+// Positions lo .. hi of slot kv, kv head g, as runs within one block each (a contiguous ring
+// is one block: split only where the ring wraps). seg is cleared first; empty when lo > hi.
 template <typename KT>
-HWY_INLINE void SplitRange(const ops::KvView& kv, int64_t lo, int64_t hi, std::vector<Seg<KT>>& seg) {
+HWY_INLINE void SplitRange(const ops::KvView& kv, int64_t g, int64_t lo, int64_t hi, std::vector<Seg<KT>>& seg) {
   seg.clear();
-  const int64_t unit = kv.unit_rows();
+  const int64_t unit = kv.unit_rows(), i0 = kv.index(0, g), ss = kv.row_step(), hd = kv.head_dim;
   for (int64_t p = lo; p <= hi;) {
     int64_t row;
     const ops::KvBlock b = kv.block_of(p % kv.capacity, &row);
     const int64_t n = std::min(hi - p + 1, unit - row);
-    seg.push_back({static_cast<const KT*>(b.k), static_cast<const KT*>(b.v), b.k_scale, b.v_scale, unit, p, n});
+    seg.push_back({static_cast<const KT*>(b.k) + i0 * hd, static_cast<const KT*>(b.v) + i0 * hd,
+                   b.k_scale ? b.k_scale + i0 : nullptr, b.v_scale ? b.v_scale + i0 : nullptr, ss * hd, ss, unit, p,
+                   n});
     p += n;
   }
 }
@@ -167,9 +173,11 @@ HWY_INLINE void StoreScores4(DF df, V a0, V a1, V a2, V a3, const float* f, floa
 #endif
 }
 
-// Keys / values this many positions ahead are prefetched. A kv head's rows are n_kv_heads *
-// head_dim elements apart (the slot is [position, kv head, dim]), so each task walks a
-// strided stream the hardware prefetchers follow poorly. tinyloop bench tg64 at 2048
+// Keys / values this many positions ahead are prefetched. In a position-major slot a kv
+// head's rows are n_kv_heads * head_dim elements apart, a strided stream the hardware
+// prefetchers follow poorly; head-major blocks (the KV cache's) are contiguous runs of
+// block_rows rows, and the cursor crosses into the next block before the walk does.
+// Position-major measurement, tinyloop bench tg64 at 2048
 // positions, 1 thread, benchmark model (Xeon, 2026-12-01): F16 22.5 t/s without, 26.7 at
 // 16 keys ahead, 28.0 at 48, 24.3 at 96; int4 q8 43.6 / 50.9 / 53.8 / 49.9.
 constexpr int64_t kPrefetchKeys = 48;
@@ -184,12 +192,12 @@ struct Ahead {
   Ahead(const Seg<KT>* s, int64_t n) : seg(s), n_seg(n) {
     while (j < n_seg && off >= seg[j].n) off -= seg[j++].n;
   }
-  // Prefetches [n] elements from element `from` of kv head g's K (keys) or V row.
-  HWY_INLINE void fetch(bool keys, int64_t n_kv, int64_t g, int64_t hd, int64_t from, int64_t n) const {
+  // Prefetches [n] elements from element `from` of the head's K (keys) or V row.
+  HWY_INLINE void fetch(bool keys, int64_t from, int64_t n) const {
     if (j >= n_seg) return;
     const Seg<KT>& s = seg[j];
     const int64_t r = (s.lo + off) % s.cap;
-    const char* p = reinterpret_cast<const char*>((keys ? s.k : s.v) + (r * n_kv + g) * hd + from);
+    const char* p = reinterpret_cast<const char*>((keys ? s.k : s.v) + r * s.rs + from);
     for (int64_t b = 0; b < n * int64_t(sizeof(KT)); b += 64) hwy::Prefetch(p + b);
   }
   HWY_INLINE void next() {
@@ -209,7 +217,7 @@ struct Ahead {
 //   kf   [4, hdp] scratch
 //   zrow [hd] zeros
 template <int NC, bool kFull, typename KT>
-HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t n_kv, int64_t g, int64_t hd, int64_t hdp,
+HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_t hdp,
                          const Item* it, int64_t n_it, int64_t ulo, float scale, float* kf, const KT* zrow) {
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
@@ -219,11 +227,11 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t n_kv, int6
     const KT* kr[4] = {zrow, zrow, zrow, zrow};  // [4] rows of the block's keys
     alignas(16) float f[4] = {0.f, 0.f, 0.f, 0.f};  // [4] the scores' factors
     for (int64_t k = 0; k < 4 && p0 + k < sg.n; ++k) {
-      kr[k] = sg.k + (r * n_kv + g) * hd;
-      ahead.fetch(true, n_kv, g, hd, 0, hd);
+      kr[k] = sg.k + r * sg.rs;
+      ahead.fetch(true, 0, hd);
       ahead.next();
       f[k] = scale;
-      if constexpr (kScaled<KT>) f[k] = sg.ks[r * n_kv + g] * scale;
+      if constexpr (kScaled<KT>) f[k] = sg.ks[r * sg.ss] * scale;
       if (++r == sg.cap) r = 0;
     }
     const int64_t col = sg.lo + p0 - ulo;
@@ -283,11 +291,11 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t n_kv, int6
 // position order, of w[p] * V[p] (INT8: w[p] * v_scale[p]). The parts cover the union of
 // the items' windows; each V row is loaded (and widened) once and used by every item whose
 // window holds it, so an item's sum is exactly the one it would get alone.
-//   seg [n_seg] parts of the union, V row r of kv head g at v + (r * n_kv + g) * hd
+//   seg [n_seg] parts of the union (kv head g's rows)
 //   it  [4] items (unused ones have an empty window); only the first NI are looked at
 // kFull: the NV chunks are whole (no tail chunk among them).
 template <int NV, int NI, bool kFull, typename KT>
-HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, int64_t n_kv, int64_t g, int64_t hd, const Item* it,
+HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, int64_t hd, const Item* it,
                           int64_t ulo, int64_t c0) {
   static_assert(NV >= 1 && NV <= 4, "up to 4 vectors per pass");
   const hn::ScalableTag<float> df;
@@ -302,18 +310,18 @@ HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, int64_t n_kv, int64
   Ahead<KT> ahead(seg, n_seg);
   for (int64_t s = 0; s < n_seg; ++s) {
     const KT* vbase = seg[s].v;
-    const int64_t cap = seg[s].cap, n = seg[s].n;
+    const int64_t cap = seg[s].cap, n = seg[s].n, rs = seg[s].rs;
     int64_t r = seg[s].lo % cap;  // ring row of position lo + p, advanced without a division
     for (int64_t p = seg[s].lo; p < seg[s].lo + n; ++p) {
-      const KT* vr = vbase + (r * n_kv + g) * hd + c0;  // [hd - c0] from chunk c0 on
-      ahead.fetch(false, n_kv, g, hd, c0, std::min<int64_t>(hd - c0, NV * L));
+      const KT* vr = vbase + r * rs + c0;  // [hd - c0] from chunk c0 on
+      ahead.fetch(false, c0, std::min<int64_t>(hd - c0, NV * L));
       ahead.next();
       const V v0 = LoadChunk<kFull>(df, vr, 0, hd - c0);
       const V v1 = NV > 1 ? LoadChunk<kFull>(df, vr, L, hd - c0) : v0;
       const V v2 = NV > 2 ? LoadChunk<kFull>(df, vr, 2 * L, hd - c0) : v0;
       const V v3 = NV > 3 ? LoadChunk<kFull>(df, vr, 3 * L, hd - c0) : v0;
       float vsc = 1.f;
-      if constexpr (kScaled<KT>) vsc = seg[s].vs[r * n_kv + g];
+      if constexpr (kScaled<KT>) vsc = seg[s].vs[r * seg[s].ss];
 // Macro-generated registers, one statement a line: left as written.
 // clang-format off
 #define TL_ITEM(i)                                                   \
@@ -393,7 +401,7 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
   for (int64_t i = n_it; i < n_it + 3; ++i) it[i] = {nullptr, nullptr, nullptr, 1, 0, 0.f};
 
   thread_local std::vector<Seg<KT>> seg, bseg;  // runs of the union, of a batch of items
-  SplitRange(a.kv, ulo, uhi, seg);
+  SplitRange(a.kv, g, ulo, uhi, seg);
   const int64_t n_seg = int64_t(seg.size());
   const float scale = float(1.0 / std::sqrt(double(hd)));
   // Scores: one pass over the union's K rows, each row used by every item.
@@ -402,7 +410,7 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
     const bool full = hd == hdp;
     float* kf = kbuf.data();
     const KT* z = zbuf.data();
-#define TL_QK(NC, FULL) QkScores<NC, FULL>(seg[s], ahead, n_kv, g, hd, hdp, it, n_it, ulo, scale, kf, z)
+#define TL_QK(NC, FULL) QkScores<NC, FULL>(seg[s], ahead, hd, hdp, it, n_it, ulo, scale, kf, z)
     // Unrolled for rows of up to 4 vectors; the test-free variant only for exactly 4 (head_dim
     // 64 on AVX-512, 32 on AVX2): every variant is compiled per dtype and target.
     switch (hdp / L) {
@@ -440,13 +448,13 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
       blo = std::min(blo, it[i].lo);
       bhi = std::max(bhi, it[i].hi);
     }
-    SplitRange(a.kv, blo, bhi, bseg);
+    SplitRange(a.kv, g, blo, bhi, bseg);
     const int64_t n_bseg = int64_t(bseg.size());
     const bool one = b + 1 == n_it;  // a single item (decode of an MHA head): no others to test
     for (int64_t c0 = 0; c0 < hd; c0 += 4 * L) {
       const int64_t nv = std::min<int64_t>(4, (hd - c0 + L - 1) / L);
       const bool full = c0 + nv * L <= hd;
-#define TL_PV(NV, NI, FULL) WeightedV<NV, NI, FULL>(bseg.data(), n_bseg, n_kv, g, hd, it + b, ulo, c0)
+#define TL_PV(NV, NI, FULL) WeightedV<NV, NI, FULL>(bseg.data(), n_bseg, hd, it + b, ulo, c0)
       if (nv == 4 && full)  // head_dim 64 on AVX-512, 32 on AVX2
         one ? TL_PV(4, 1, true) : TL_PV(4, 4, true);
       else if (nv == 4) TL_PV(4, 4, false);
@@ -516,19 +524,26 @@ namespace tinyloop::cpu {
 HWY_EXPORT(AttendRows);
 HWY_EXPORT(FloatToHalfN);
 
-// k_rows, v_rows [T, n_kv_heads, head_dim]; pos [T]: ring row pos[t] % capacity of dst.
+// k_rows, v_rows [T, n_kv_heads, head_dim]; pos [T]: ring row pos[t] % capacity of dst, in
+// dst's order (KvView::index).
 void kv_write(const ops::KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos, int64_t T) {
-  const int64_t row = dst.n_kv_heads * dst.head_dim;  // elements per position
+  const int64_t hd = dst.head_dim, row = dst.n_kv_heads * hd;  // elements per position
+  // A position-major row is one run of `row` elements; a head-major one is a run of hd per
+  // kv head.
+  const int64_t run = dst.head_major ? hd : row, runs = row / run;
   const auto to_half = HWY_DYNAMIC_DISPATCH(FloatToHalfN);
   for (int64_t t = 0; t < T; ++t) {
     int64_t r;
     const ops::KvBlock b = dst.block_of(pos[t] % dst.capacity, &r);
-    if (dst.dtype == ops::KvDType::F32) {
-      std::memcpy(static_cast<float*>(b.k) + r * row, k_rows + t * row, size_t(row) * sizeof(float));
-      std::memcpy(static_cast<float*>(b.v) + r * row, v_rows + t * row, size_t(row) * sizeof(float));
-    } else {
-      to_half(k_rows + t * row, row, static_cast<uint16_t*>(b.k) + r * row);
-      to_half(v_rows + t * row, row, static_cast<uint16_t*>(b.v) + r * row);
+    for (int64_t g = 0; g < runs; ++g) {
+      const int64_t src = t * row + g * run, off = dst.index(r, g) * hd;  // g: the run's first kv head
+      if (dst.dtype == ops::KvDType::F32) {
+        std::memcpy(static_cast<float*>(b.k) + off, k_rows + src, size_t(run) * sizeof(float));
+        std::memcpy(static_cast<float*>(b.v) + off, v_rows + src, size_t(run) * sizeof(float));
+      } else {
+        to_half(k_rows + src, run, static_cast<uint16_t*>(b.k) + off);
+        to_half(v_rows + src, run, static_cast<uint16_t*>(b.v) + off);
+      }
     }
   }
 }

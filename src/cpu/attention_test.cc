@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <random>
 #include <vector>
@@ -224,9 +225,10 @@ TEST_P(CpuAttention, TilesAnyRowGroupingBitIdentical) {
 }
 
 // A paged view whose blocks of B rows are slices of the slot gives bit for bit what the
-// contiguous view gives, on every target: block sizes that split windows anywhere (1 row,
-// odd sizes, the whole slot), windows, odd head_dim, GQA; and cpu::attention_batch over
-// several such slots (one group each) equals each group alone.
+// contiguous view gives, on every target, in position-major and head-major blocks: block
+// sizes that split windows anywhere (1 row, odd sizes, the whole slot), windows, odd
+// head_dim, GQA; and cpu::attention_batch over several such slots (one group each) equals
+// each group alone.
 TEST_P(CpuAttention, PagedBitIdenticalToContiguous) {
   testing::for_each_target([&] {
     uint32_t seed = 101;
@@ -245,6 +247,22 @@ TEST_P(CpuAttention, PagedBitIdenticalToContiguous) {
           paged.k = paged.v = nullptr;
           paged.block_rows = B;
           paged.blocks = table.data();
+          // The same rows in head-major blocks ([n_kv, B, hd] each, the KV cache's order).
+          std::vector<char> hk(size_t(cap * n_kv * hd * esz)), hv(hk.size());
+          std::vector<ops::KvBlock> htable;
+          for (int64_t b = 0; b < cap / B; ++b)
+            htable.push_back({hk.data() + b * B * n_kv * hd * esz, hv.data() + b * B * n_kv * hd * esz, nullptr, nullptr});
+          ops::KvView paged_hm = paged;
+          paged_hm.blocks = htable.data();
+          paged_hm.head_major = true;
+          for (int64_t r = 0; r < cap; ++r)
+            for (int64_t g = 0; g < n_kv; ++g) {
+              const int64_t from = (r * n_kv + g) * hd * esz, to = paged_hm.index(r % B, g) * hd * esz;
+              std::memcpy(static_cast<char*>(htable[size_t(r / B)].k) + to, static_cast<char*>(whole.k()) + from,
+                          size_t(hd * esz));
+              std::memcpy(static_cast<char*>(htable[size_t(r / B)].v) + to, static_cast<char*>(whole.v()) + from,
+                          size_t(hd * esz));
+            }
           for (int64_t window : {0, 5}) {
             const Queries qs = causal_chunk(30, 7, n_heads, hd, window, seed + 1);
             const int64_t T = qs.T();
@@ -254,11 +272,16 @@ TEST_P(CpuAttention, PagedBitIdenticalToContiguous) {
             for (size_t i = 0; i < one.size(); ++i)
               ASSERT_EQ(std::bit_cast<uint32_t>(one[i]), std::bit_cast<uint32_t>(two[i]))
                   << "hd=" << hd << " B=" << B << " window=" << window << " i=" << i;
+            std::fill(two.begin(), two.end(), NAN);
+            cpu::attention(qs.q.data(), T, n_heads, paged_hm, qs.q_pos.data(), qs.k_lo.data(), two.data());
+            for (size_t i = 0; i < one.size(); ++i)
+              ASSERT_EQ(std::bit_cast<uint32_t>(one[i]), std::bit_cast<uint32_t>(two[i]))
+                  << "head-major: hd=" << hd << " B=" << B << " window=" << window << " i=" << i;
             // The same rows split into two groups of one batched call, one contiguous, one paged.
             const int64_t h = T / 2, w = n_heads * hd;
-            const ops::KvRowGroup groups[2] = {{whole.view(), 0, h}, {paged, h, T - h}};
+            const ops::KvRowGroup groups[3] = {{whole.view(), 0, h / 2}, {paged, h / 2, h - h / 2}, {paged_hm, h, T - h}};
             std::vector<float> three(one.size(), NAN);
-            cpu::attention_batch(qs.q.data(), T, n_heads, groups, 2, qs.q_pos.data(), qs.k_lo.data(), three.data());
+            cpu::attention_batch(qs.q.data(), T, n_heads, groups, 3, qs.q_pos.data(), qs.k_lo.data(), three.data());
             for (size_t i = 0; i < one.size(); ++i)
               ASSERT_EQ(std::bit_cast<uint32_t>(one[i]), std::bit_cast<uint32_t>(three[i]))
                   << "batched: hd=" << hd << " B=" << B << " i=" << i << " w=" << w;

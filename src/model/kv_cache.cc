@@ -184,15 +184,28 @@ void KvCache::copy_row(int64_t src_slot, int64_t dst_slot, int64_t p) {
   const auto* src = static_cast<const uint8_t*>(table_[size_t(src_slot * n_blocks_ + b)].k);
   auto* dst = static_cast<uint8_t*>(table_[size_t(dst_slot * n_blocks_ + b)].k);
   if (!src) throw std::logic_error("copy_row from a position the cache does not hold");
-  // Values of K (and V), then the scales of K (and V): [area][rows][...] within the block.
-  for (int64_t a = 0; a < block_.areas; ++a) {
-    const int64_t v = a * block_.v_off + row * block_.row_bytes;
+  if (ops::is_store_h(block_.dtype)) {  // h [rows, row_bytes] | scales [rows, row_scales]
+    const int64_t v = row * block_.row_bytes;
     std::memcpy(dst + v, src + v, size_t(block_.row_bytes));
     if (block_.row_scales > 0) {
-      const int64_t sc = (a == 0 ? block_.ks_off : block_.vs_off) + row * block_.row_scales * int64_t(sizeof(float));
+      const int64_t sc = block_.ks_off + row * block_.row_scales * int64_t(sizeof(float));
       std::memcpy(dst + sc, src + sc, size_t(block_.row_scales) * sizeof(float));
     }
+    return;
   }
+  // K / V: head-major blocks (kv_pool.h), so each kv head's part of the row is its own run:
+  // values at (g * rows + row) * head_dim, I8 scales at g * rows + row.
+  const int64_t hd_bytes = block_.row_bytes / block_.n_kv_heads;
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t g = 0; g < block_.n_kv_heads; ++g) {
+      const int64_t i = g * block_.rows + row;  // (row, kv head) index
+      const int64_t v = a * block_.v_off + i * hd_bytes;
+      std::memcpy(dst + v, src + v, size_t(hd_bytes));
+      if (block_.row_scales > 0) {
+        const int64_t sc = (a == 0 ? block_.ks_off : block_.vs_off) + i * int64_t(sizeof(float));
+        std::memcpy(dst + sc, src + sc, sizeof(float));
+      }
+    }
 }
 
 std::unique_ptr<KvCache> KvCache::clone(KvPoolPtr pool, int64_t capacity) const {
@@ -318,6 +331,7 @@ ops::KvView KvCache::view(int64_t slot) const {
   v.head_dim = block_.head_dim;
   v.block_rows = block_.rows;
   v.blocks = table_.data() + slot * n_blocks_;
+  v.head_major = true;  // kv_pool.h: each kv head's rows of a block are one stream
   return v;
 }
 

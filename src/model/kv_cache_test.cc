@@ -4,6 +4,7 @@
 #include "model/kv_cache.h"
 
 #include "ops/kv_quant.h"
+#include "ops/test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -78,16 +79,21 @@ TEST(KvCache, Int8WriteViewAndCopyRowCarryScales) {
   EXPECT_EQ(row, 2);
   ASSERT_NE(a.k_scale, nullptr);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a.k_scale) % alignof(float), 0u);
-  EXPECT_FLOAT_EQ(a.k_scale[2 * 2 + 0], 4.f / 127.f);
-  EXPECT_FLOAT_EQ(a.k_scale[2 * 2 + 1], 500.f / 127.f);
+  // Head-major blocks: (row 2, kv head g) is index g * 4 + 2.
+  const ops::KvView va = kv.view(src);
+  EXPECT_EQ(va.index(2, 1), 1 * 4 + 2);
+  EXPECT_FLOAT_EQ(a.k_scale[va.index(2, 0)], 4.f / 127.f);
+  EXPECT_FLOAT_EQ(a.k_scale[va.index(2, 1)], 500.f / 127.f);
+  const int64_t other = 5;  // the same block's row 1 in dst: copying row 2 leaves it alone
+  kv.write(dst, v.data(), k.data(), &other, 1);
+  const auto other_bytes = ops::testing::position_bytes(kv.view(dst), other);
+  EXPECT_NE(ops::testing::position_bytes(kv.view(dst), pos), ops::testing::position_bytes(va, pos));
   kv.copy_row(src, dst, pos);
-  const ops::KvBlock b = kv.view(dst).block_of(pos, &row);
-  EXPECT_EQ(b.k_scale[4], a.k_scale[4]);
-  EXPECT_EQ(b.v_scale[5], a.v_scale[5]);
-  EXPECT_EQ(0, std::memcmp(static_cast<const int8_t*>(b.k) + 2 * 10, static_cast<const int8_t*>(a.k) + 2 * 10, 10));
+  EXPECT_EQ(ops::testing::position_bytes(kv.view(dst), pos), ops::testing::position_bytes(va, pos));
+  EXPECT_EQ(ops::testing::position_bytes(kv.view(dst), other), other_bytes);
   kv.copy_row(src, src, pos);  // same slot (shared group): a no-op, not an overlapping copy
   auto clone = kv.clone();
-  EXPECT_EQ(clone->view(dst).block_of(pos, &row).v_scale[5], a.v_scale[5]);
+  EXPECT_EQ(ops::testing::position_bytes(clone->view(dst), pos), ops::testing::position_bytes(va, pos));
 }
 
 // Position p of a slot is row p % block_rows of its block p / block_rows; writes allocate
@@ -176,12 +182,7 @@ TEST(KvCache, SharedBlocksCopyOnWrite) {
     const int64_t p5 = 5;
     tail.write(0, z.data(), z.data(), &p5, 1);
     EXPECT_NE(tail.view(0).block_of(5, &r0).k, pre.view(0).block_of(5, &r1).k);
-    const int64_t rowb = dt == ops::KvDType::F32 ? 40 : 10;
-    auto bytes_at = [&](const KvCache& kv, int64_t p) {
-      int64_t r;
-      const auto* b = static_cast<const uint8_t*>(kv.view(0).block_of(p, &r).k);
-      return std::vector<uint8_t>(b + r * rowb, b + (r + 1) * rowb);
-    };
+    auto bytes_at = [&](const KvCache& kv, int64_t p) { return ops::testing::position_bytes(kv.view(0), p); };
     EXPECT_EQ(bytes_at(tail, 4), bytes_at(pre, 4));
     EXPECT_NE(bytes_at(tail, 5), bytes_at(pre, 5));
     // The prefix can go first: the tail keeps the blocks it shares alive.

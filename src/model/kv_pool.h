@@ -28,8 +28,9 @@ namespace tinyloop::model {
 inline constexpr int64_t kDefaultBlockRows = 32;
 
 // The bytes of one block: `rows` positions of one slot in `dtype`.
-//   K / V modes: K [rows, n_kv_heads * head_dim] | V [same] | (I8) K scales [rows, n_kv_heads]
-//                | V scales [same]
+//   K / V modes: K [n_kv_heads, rows, head_dim] | V [same] | (I8) K scales [n_kv_heads, rows]
+//                | V scales [same]  (head-major, ops::KvView::head_major: attention walks one
+//                kv head over many positions, so each head's rows are one contiguous stream)
 //   store-h:     h [rows, h_row_bytes] | (H8 / H4) scales [rows, h_row_scales]
 // Every part starts 64-byte aligned.
 struct KvBlockLayout {

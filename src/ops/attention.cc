@@ -53,8 +53,8 @@ struct FloatRows {
   Row row(bool keys, int64_t p, int64_t g) {
     int64_t r;
     const KvBlock b = kv.block_of(p % kv.capacity, &r);
-    const void* base = keys ? b.k : b.v;  // [rows, n_kv_heads, head_dim]
-    const int64_t off = (r * kv.n_kv_heads + g) * kv.head_dim;
+    const void* base = keys ? b.k : b.v;  // the unit's rows (KvView::index orders them)
+    const int64_t off = kv.index(r, g) * kv.head_dim;
     if (kv.dtype == KvDType::F32) return {static_cast<const float*>(base) + off};
     float* tmp = keys ? ktmp.data() : vtmp.data();
     detail::half_row_to_float(static_cast<const uint16_t*>(base) + off, kv.head_dim, tmp);
@@ -85,8 +85,8 @@ struct I8Rows {
     int64_t r;
     const KvBlock b = kv.block_of(p % kv.capacity, &r);
     assert(b.k_scale && b.v_scale);
-    const int64_t i = r * kv.n_kv_heads + g;  // (row, kv head)
-    const auto* base = static_cast<const int8_t*>(keys ? b.k : b.v);  // [rows, n_kv, hd]
+    const int64_t i = kv.index(r, g);  // (row, kv head)
+    const auto* base = static_cast<const int8_t*>(keys ? b.k : b.v);  // the unit's rows
     return {base + i * kv.head_dim, (keys ? b.k_scale : b.v_scale)[i]};
   }
 };
@@ -155,22 +155,25 @@ void attend(const float* q, int64_t T, int64_t n_heads, const KvView& kv, const 
 void kv_write(const KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos, int64_t T) {
   if (dst.dtype == KvDType::I8) return kv_write_i8(dst, k_rows, v_rows, pos, T);
   if (is_store_h(dst.dtype)) throw std::logic_error("kv_write on a store-h slot");
-  const int64_t row = dst.n_kv_heads * dst.head_dim;  // elements per position
+  const int64_t hd = dst.head_dim, row = dst.n_kv_heads * hd;  // elements per position
   for (int64_t t = 0; t < T; ++t) {
     assert(pos[t] >= 0);
     int64_t r;
     const KvBlock b = dst.block_of(pos[t] % dst.capacity, &r);
-    const float* ks = k_rows + t * row;  // [n_kv_heads, head_dim]
-    const float* vs = v_rows + t * row;  // [n_kv_heads, head_dim]
-    if (dst.dtype == KvDType::F32) {
-      std::memcpy(static_cast<float*>(b.k) + r * row, ks, size_t(row) * sizeof(float));
-      std::memcpy(static_cast<float*>(b.v) + r * row, vs, size_t(row) * sizeof(float));
-    } else {
-      uint16_t* kd = static_cast<uint16_t*>(b.k) + r * row;  // [n_kv_heads, head_dim]
-      uint16_t* vd = static_cast<uint16_t*>(b.v) + r * row;  // [n_kv_heads, head_dim]
-      for (int64_t i = 0; i < row; ++i) {
-        kd[i] = detail::float_to_half(ks[i]);
-        vd[i] = detail::float_to_half(vs[i]);
+    for (int64_t g = 0; g < dst.n_kv_heads; ++g) {
+      const float* ks = k_rows + t * row + g * hd;  // [head_dim]
+      const float* vs = v_rows + t * row + g * hd;  // [head_dim]
+      const int64_t off = dst.index(r, g) * hd;
+      if (dst.dtype == KvDType::F32) {
+        std::memcpy(static_cast<float*>(b.k) + off, ks, size_t(hd) * sizeof(float));
+        std::memcpy(static_cast<float*>(b.v) + off, vs, size_t(hd) * sizeof(float));
+      } else {
+        uint16_t* kd = static_cast<uint16_t*>(b.k) + off;  // [head_dim]
+        uint16_t* vd = static_cast<uint16_t*>(b.v) + off;  // [head_dim]
+        for (int64_t i = 0; i < hd; ++i) {
+          kd[i] = detail::float_to_half(ks[i]);
+          vd[i] = detail::float_to_half(vs[i]);
+        }
       }
     }
   }

@@ -2,7 +2,8 @@
 // kv_write stores the same bytes, attention gives the same bits (dispatched path; the
 // scalar reference when the suite runs with TINYLOOP_FORCE_SCALAR=1), for F32, F16 and INT8
 // storage, odd head sizes, GQA, windows, blocks placed in shuffled order in one pool and
-// blocks a window no longer sees left null. attention_batch over many groups equals each
+// blocks a window no longer sees left null; the paged blocks in both orders (position-major,
+// and head-major as the KV cache keeps them: KvView::head_major). attention_batch over many groups equals each
 // group alone, bit for bit (the serving engine's batched forward rests on it).
 #include <gtest/gtest.h>
 
@@ -23,18 +24,19 @@ using testing::random_floats;
 int64_t elem_bytes(KvDType dt) { return dt == KvDType::F32 ? 4 : dt == KvDType::F16 ? 2 : 1; }
 
 // One slot stored twice: contiguous [cap, n_kv, hd] buffers, and `cap / B` blocks of B rows
-// scattered over a pool in a random order.
+// scattered over a pool in a random order, position-major or head-major inside a block.
 struct TwinSlot {
   KvDType dt;
   int64_t cap, n_kv, hd, B;
+  bool head_major;
   std::vector<uint8_t> ck, cv;  // contiguous values
   std::vector<float> cks, cvs;  // contiguous I8 scales [cap, n_kv]
   std::vector<uint8_t> pool;  // [n_blocks][K | V] values
   std::vector<float> pool_scales;  // [n_blocks][K | V][B, n_kv]
   std::vector<KvBlock> table;  // [cap / B]
 
-  TwinSlot(KvDType d, int64_t cap_, int64_t nkv, int64_t h, int64_t B_, uint32_t seed)
-      : dt(d), cap(cap_), n_kv(nkv), hd(h), B(B_) {
+  TwinSlot(KvDType d, int64_t cap_, int64_t nkv, int64_t h, int64_t B_, uint32_t seed, bool hm)
+      : dt(d), cap(cap_), n_kv(nkv), hd(h), B(B_), head_major(hm) {
     const int64_t row = n_kv * hd * elem_bytes(dt), nb = cap / B;
     ck.assign(size_t(cap * row), 0xff);  // unwritten rows: NaN patterns for float dtypes
     cv.assign(size_t(cap * row), 0xff);
@@ -79,6 +81,7 @@ struct TwinSlot {
     v.head_dim = hd;
     v.block_rows = B;
     v.blocks = table.data();
+    v.head_major = head_major;
     return v;
   }
   // Writes rows for positions pos[T] into both copies.
@@ -91,21 +94,14 @@ struct TwinSlot {
   }
   // The stored bytes of ring row r, contiguous vs paged.
   bool same_row(int64_t r) const {
-    const int64_t row = n_kv * hd * elem_bytes(dt);
-    const KvBlock& b = table[size_t(r / B)];
-    const int64_t i = r % B;
-    if (std::memcmp(ck.data() + r * row, static_cast<const uint8_t*>(b.k) + i * row, size_t(row)) ||
-        std::memcmp(cv.data() + r * row, static_cast<const uint8_t*>(b.v) + i * row, size_t(row)))
-      return false;
-    if (dt != KvDType::I8) return true;
-    return std::memcmp(cks.data() + r * n_kv, b.k_scale + i * n_kv, size_t(n_kv) * 4) == 0 &&
-           std::memcmp(cvs.data() + r * n_kv, b.v_scale + i * n_kv, size_t(n_kv) * 4) == 0;
+    return testing::position_bytes(contiguous(), r) == testing::position_bytes(paged(), r);
   }
 };
 
 struct Case {
   KvDType dt;
   int64_t n_heads, n_kv, hd, cap, B, N, window;  // N positions written (> cap: a ring)
+  bool head_major = false;
 };
 
 void expect_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -116,8 +112,8 @@ void expect_bits(const std::vector<float>& a, const std::vector<float>& b) {
 void check(const Case& c) {
   SCOPED_TRACE(::testing::Message() << "dtype " << int(c.dt) << " heads " << c.n_heads << "/" << c.n_kv << " hd "
                                     << c.hd << " cap " << c.cap << " B " << c.B << " N " << c.N << " window "
-                                    << c.window);
-  TwinSlot s(c.dt, c.cap, c.n_kv, c.hd, c.B, uint32_t(c.hd * 31 + c.N));
+                                    << c.window << " head-major " << c.head_major);
+  TwinSlot s(c.dt, c.cap, c.n_kv, c.hd, c.B, uint32_t(c.hd * 31 + c.N), c.head_major);
   std::vector<int64_t> pos;
   for (int64_t p = 0; p < c.N; ++p) pos.push_back(p);
   // Written in a few chunks, as prefill + decode would.
@@ -149,14 +145,16 @@ void check(const Case& c) {
 }
 
 TEST(PagedAttention, MatchesContiguousBitForBit) {
-  for (KvDType dt : {KvDType::F32, KvDType::F16, KvDType::I8}) {
-    check({dt, 4, 4, 16, 64, 16, 50, 0});  // MHA, partial last block
-    check({dt, 6, 2, 13, 96, 32, 96, 0});  // GQA, odd head_dim, full blocks
-    check({dt, 8, 2, 64, 128, 16, 77, 20});  // window inside the sequence, nulled blocks
-    check({dt, 3, 1, 7, 32, 8, 70, 24});  // ring: positions wrap the block table
-    check({dt, 2, 2, 96, 64, 64, 64, 0});  // one block (paged == one contiguous run)
-    check({dt, 4, 1, 128, 256, 32, 250, 0});  // long head_dim, many blocks
-  }
+  for (KvDType dt : {KvDType::F32, KvDType::F16, KvDType::I8})
+    for (bool hm : {false, true}) {
+      check({dt, 4, 4, 16, 64, 16, 50, 0, hm});  // MHA, partial last block
+      check({dt, 6, 2, 13, 96, 32, 96, 0, hm});  // GQA, odd head_dim, full blocks
+      check({dt, 8, 2, 64, 128, 16, 77, 20, hm});  // window inside the sequence, nulled blocks
+      check({dt, 3, 1, 7, 32, 8, 70, 24, hm});  // ring: positions wrap the block table
+      check({dt, 2, 2, 96, 64, 64, 64, 0, hm});  // one block (paged == one contiguous run)
+      check({dt, 4, 1, 128, 256, 32, 250, 0, hm});  // long head_dim, many blocks
+      check({dt, 5, 5, 33, 96, 1, 90, 0, hm});  // one-row blocks, head_dim not a vector multiple
+    }
 }
 
 // attention_batch: groups of rows from different slots (different dtypes' shapes fixed per
@@ -167,7 +165,7 @@ TEST(PagedAttention, BatchEqualsEachGroupAlone) {
     std::vector<TwinSlot> slots;
     std::vector<int64_t> lens = {1, 40, 17, 120, 64, 3};
     for (size_t i = 0; i < lens.size(); ++i) {
-      slots.emplace_back(dt, 128, n_kv, hd, B, uint32_t(5 + i));
+      slots.emplace_back(dt, 128, n_kv, hd, B, uint32_t(5 + i), i % 2 == 1);  // both orders in one call
       std::vector<int64_t> pos;
       for (int64_t p = 0; p < lens[i]; ++p) pos.push_back(p);
       slots.back().write(pos, uint32_t(100 + i));

@@ -36,9 +36,9 @@ void kv_write_i8(const KvView& dst, const float* k_rows, const float* v_rows, co
     auto* k = static_cast<int8_t*>(b.k);
     auto* v = static_cast<int8_t*>(b.v);
     for (int64_t g = 0; g < n_kv; ++g) {
-      const int64_t src = t * row + g * hd, dst_off = r * row + g * hd;
-      b.k_scale[r * n_kv + g] = quantize_row_i8(k_rows + src, hd, k + dst_off);
-      b.v_scale[r * n_kv + g] = quantize_row_i8(v_rows + src, hd, v + dst_off);
+      const int64_t src = t * row + g * hd, i = dst.index(r, g);  // i: (row, kv head)
+      b.k_scale[i] = quantize_row_i8(k_rows + src, hd, k + i * hd);
+      b.v_scale[i] = quantize_row_i8(v_rows + src, hd, v + i * hd);
     }
   }
 }

@@ -28,6 +28,27 @@ inline KvView contiguous_view(KvDType dtype, void* k, void* v, int64_t capacity,
   return kv;
 }
 
+// The stored bytes of absolute position p in a K/V slot, whatever its addressing and order
+// (KvView::index): K of kv heads 0 .. n_kv - 1, then V, then (I8) the K and V scales.
+inline std::vector<uint8_t> position_bytes(const KvView& v, int64_t p) {
+  const int64_t elem = v.dtype == KvDType::F32 ? 4 : v.dtype == KvDType::F16 ? 2 : 1, hb = v.head_dim * elem;
+  int64_t r;
+  const KvBlock b = v.block_of(p % v.capacity, &r);
+  std::vector<uint8_t> out;
+  for (const void* area : {static_cast<const void*>(b.k), static_cast<const void*>(b.v)})
+    for (int64_t g = 0; g < v.n_kv_heads; ++g) {
+      const auto* x = static_cast<const uint8_t*>(area) + v.index(r, g) * hb;  // [head_dim] in the dtype
+      out.insert(out.end(), x, x + hb);
+    }
+  if (v.dtype == KvDType::I8)
+    for (const float* sc : {b.k_scale, b.v_scale})
+      for (int64_t g = 0; g < v.n_kv_heads; ++g) {
+        const auto* x = reinterpret_cast<const uint8_t*>(sc + v.index(r, g));
+        out.insert(out.end(), x, x + sizeof(float));
+      }
+  return out;
+}
+
 inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> d(lo, hi);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "io/test_file_builder.h"
+#include "ops/test_util.h"
 #include "runtime/early_exit.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
@@ -41,15 +42,7 @@ ModelConfig config() {
 
 // One position's K and V bytes in one slot.
 std::vector<uint8_t> row(const KvCache& kv, int64_t slot, int64_t p) {
-  const ops::KvView v = kv.view(slot);
-  const int64_t elem = v.dtype == ops::KvDType::F16 ? 2 : 4;
-  int64_t r;
-  const ops::KvBlock b = v.block_of(p % v.capacity, &r);
-  const int64_t n = v.n_kv_heads * v.head_dim * elem, off = r * n;
-  std::vector<uint8_t> out(2 * n);
-  std::memcpy(out.data(), static_cast<const uint8_t*>(b.k) + off, n);
-  std::memcpy(out.data() + n, static_cast<const uint8_t*>(b.v) + off, n);
-  return out;
+  return ops::testing::position_bytes(kv.view(slot), p);
 }
 
 class EarlyExitTest : public ::testing::Test {
