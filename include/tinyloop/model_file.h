@@ -49,6 +49,13 @@ class ModelFile {
   // The tokenizer.json text ("" when the file has none).
   std::string tokenizer_json() const;
   std::string chat_template() const;
+  // Tells the kernel that the mapped bytes [p, p + n) will not be read for a while, so their
+  // pages stop counting in this process's resident memory (madvise MADV_DONTNEED over the
+  // whole pages inside the range): for weights the backend has copied into its own layout.
+  // A later read faults them back from the page cache, unchanged (the mapping is private and
+  // read-only, never written). Does nothing for a copy read into memory (mapped() false),
+  // where it would lose the bytes. Returns the bytes released.
+  int64_t release_pages(const void* p, int64_t n) const;
 
  private:
   ModelFile() = default;

@@ -79,16 +79,33 @@ class LoopedModel {
   // The whole forward of T new tokens appended to the sequence in kv (positions
   // kv.length() ..), at `loops` iterations (<= kv.loops(), the iterations kv has slots for;
   // 0 = kv.loops()). Advances kv. logits: [1 or T, V].
-  // With a window, long inputs go in chunks of KvCache::kWindowSlack (bounded memory).
+  // Long inputs go in chunks (max_chunk), so the workspace stays bounded.
   void forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRows rows, std::vector<float>& logits,
                int64_t loops = 0) const;
 
-  // The largest T one forward step takes on kv: the whole input, or with a window
-  // KvCache::kWindowSlack rows, so a windowed cache never holds much more than its window.
-  // Throws std::logic_error when positions up to kv.length() + T exceed kv.capacity().
+  // The largest T one forward step takes on kv: with a window KvCache::kWindowSlack rows, so
+  // a windowed cache never holds much more than its window; else kPrefillChunk rows, so a
+  // long prompt's workspace (~40 KiB a row on a dim-768 model: 160 MiB at 4096 rows in one
+  // piece) stays bounded. Both give the same bits as one piece: every kernel is
+  // batch-invariant and a row attends to the rows written before it whichever call wrote
+  // them. Not for the recurrence-shared layout (rows of one forward see each other at the
+  // current iteration, earlier forwards' rows at their last: chunking would change what a
+  // prompt sees) nor store-h (each piece rebuilds every earlier position's K/V): those take
+  // the whole input. Throws std::logic_error when positions up to kv.length() + T exceed
+  // kv.capacity().
   int64_t max_chunk(const KvCache& kv, int64_t T) const;
+  // The largest T one step can take at all (max_chunk without the memory bound): T, or with a
+  // window KvCache::kWindowSlack rows. For callers that keep all rows of a run in one step
+  // (runtime/loop_run.h). Same throws as max_chunk.
+  int64_t max_step(const KvCache& kv, int64_t T) const;
+  // Rows per prefill piece: as fast as one piece (the matmuls reach their prefill rate well
+  // below 512 rows) and its workspace fits in L2 + L3 rather than in DRAM.
+  static constexpr int64_t kPrefillChunk = 512;
 
  private:
+  // Drops the mapped pages of weights read from a backend copy, and their bytes from w_.bytes
+  // (constructor).
+  void release_copied_originals();
   std::shared_ptr<const ModelFile> file_;
   const ModelConfig& cfg_;
   ModelWeights w_;

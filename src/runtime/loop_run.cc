@@ -8,8 +8,8 @@ namespace tinyloop::runtime {
 LoopRun::LoopRun(const model::LoopedModel& m, model::KvCache& kv, const int32_t* tokens, int64_t T, float* trace)
     : m_(m), kv_(kv), T_(T) {
   if (T < 1) throw std::invalid_argument("LoopRun needs at least one token");
-  // Unlike forward() a run is not chunked: its rows must fit one step (max_chunk).
-  if (m.max_chunk(kv, T) < T)
+  // Unlike forward() a run is not chunked: its rows must fit one step (max_step).
+  if (m.max_step(kv, T) < T)
     throw std::logic_error("a loop run of " + std::to_string(T) + " rows does not fit the KV ring");
   const int64_t D = m.config().dim;
   pos_.resize(T);

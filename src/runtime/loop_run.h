@@ -23,7 +23,7 @@ class LoopRun {
   // Prelude + initial state of tokens[T] at positions kv.length() .. kv.length() + T - 1
   // (writes their pre slots). trace, when given: [1 + n_pre_blocks, T, D], see
   // LoopedModel::prelude. Throws std::logic_error when the T rows do not fit one step on kv
-  // (LoopedModel::max_chunk; callers give windowed caches at most KvCache::kWindowSlack).
+  // (LoopedModel::max_step; callers give windowed caches at most KvCache::kWindowSlack).
   LoopRun(const model::LoopedModel& m, model::KvCache& kv, const int32_t* tokens, int64_t T, float* trace = nullptr);
   // Continues a run saved earlier (warm-start resume): prelude output x[T, D] and the state
   // s[T, D] after `done` iterations, for positions start .. start + T - 1 of kv; tokens [T]
