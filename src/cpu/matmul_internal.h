@@ -29,10 +29,17 @@ struct MatmulArgs {
 int64_t int4_block_bytes();  // B of the target the dispatcher picks now
 
 // Calls with T <= kFusedMaxRows widen the weights in registers as they stream past (one
-// pass over W for all rows: decode, speculative verify); larger T first widens a tile of
-// weight rows into a per-thread float buffer and reuses it for every row (prefill). Both
+// pass over W for all rows: decode, speculative verify); T > kDirectMaxRows first widens a
+// tile of weight rows into a per-thread float buffer and reuses it for every row (prefill). All
 // paths give bit-identical results (same per-element arithmetic), so this is only speed.
 constexpr int64_t kFusedMaxRows = 4;
+// Calls with kFusedMaxRows < T <= kDirectMaxRows (a batched decode: B rows of B sequences)
+// run the 4 x 4 tile straight on the 16-bit weight rows, widened in registers, the next rows
+// prefetched: widening a tile into memory first only pays off once many more rows reuse it
+// (EPYC Zen 4, 768 x 2048 F16 from memory, one thread: 1.1-2.2x faster for T = 5 .. 64,
+// bench/batched_decode.py and docs/benchmarks.md).
+// F32 weights, which need no widening, keep the tiled path.
+constexpr int64_t kDirectMaxRows = 64;
 // Bytes of the widened weight tile of the prefill path: fits the 1-2 MiB L2 of a core with
 // room for the x rows streaming past it.
 constexpr int64_t kTileBytes = 128 << 10;

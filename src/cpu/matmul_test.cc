@@ -62,8 +62,8 @@ class CpuMatmul : public ::testing::TestWithParam<DType> {};
 TEST_P(CpuMatmul, OddSizesAgainstReference) {
   testing::for_each_target([&] {
     uint32_t seed = 1;
-    // T: the fused path (1..4) and the tiled one (5+, ragged 4-row tiles); K: below, at and
-    // around the 4 / 8 / 16 lane widths, and model-sized; N: ragged 4-column tiles and
+    // T: the fused path (1..4) and the direct one (5..64, ragged 4-row tiles); K: below, at
+    // and around the 4 / 8 / 16 lane widths, and model-sized; N: ragged 4-column tiles and
     // several 32-row tasks.
     for (int64_t T : {1, 2, 3, 4, 5, 7, 9})
       for (int64_t K : {1, 3, 15, 16, 17, 33, 129})
@@ -72,10 +72,13 @@ TEST_P(CpuMatmul, OddSizesAgainstReference) {
             expect_close_to_reference(make_case(T, K, N, GetParam(), seed += 3), bias);
             if (HasFatalFailure()) return;
           }
-    // Model-sized rows, several tasks on the pool, tiles of both paths.
+    // Model-sized rows, several tasks on the pool, tiles of every path (the tiled one from
+    // T = 65: matmul_internal.h kDirectMaxRows).
     expect_close_to_reference(make_case(1, 768, 130, GetParam(), 100), true);
     expect_close_to_reference(make_case(13, 768, 70, GetParam(), 101), false);
     expect_close_to_reference(make_case(6, 2051, 21, GetParam(), 102), true);
+    expect_close_to_reference(make_case(64, 129, 45, GetParam(), 103), true);
+    expect_close_to_reference(make_case(67, 129, 45, GetParam(), 104), false);
   });
 }
 
@@ -85,12 +88,12 @@ TEST_P(CpuMatmul, OddSizesAgainstReference) {
 TEST_P(CpuMatmul, BatchAndSliceInvariant) {
   testing::for_each_target([&] {
     for (int64_t K : {7, 64, 131}) {
-      const int64_t T = 11, N = 75;
+      const int64_t T = 67, N = 75;  // the whole call on the tiled path
       const Case c = make_case(T, K, N, GetParam(), uint32_t(K));
       std::vector<float> y(size_t(T * N));
       cpu::matmul(c.x.data(), T, c.w.view(), c.b.data(), y.data());
       for (int64_t t0 = 0; t0 < T; ++t0)
-        for (int64_t rows : {1, 2, 3, 4, 5}) {  // every fused width and a tiled call
+        for (int64_t rows : {1, 2, 3, 4, 5, 9, 64, 65}) {  // every fused width, direct and tiled calls
           if (t0 + rows > T) continue;
           std::vector<float> yr(size_t(rows * N));
           cpu::matmul(c.x.data() + t0 * K, rows, c.w.view(), c.b.data(), yr.data());
@@ -114,7 +117,7 @@ TEST_P(CpuMatmul, BatchAndSliceInvariant) {
 // (more than this machine may have) give the same bits, on a call big enough to be split.
 TEST_P(CpuMatmul, ThreadCountInvariant) {
   const int before = num_threads();
-  for (int64_t T : {1, 9}) {
+  for (int64_t T : {1, 9, 70}) {  // fused, direct, tiled
     const Case c = make_case(T, 300, 200, GetParam(), 7);
     std::vector<float> y1(size_t(T * 200)), yn(size_t(T * 200));
     set_num_threads(1);
