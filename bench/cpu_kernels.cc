@@ -19,6 +19,7 @@
 #include "bench_timing.h"
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
+#include "ops/backend.h"
 #include "ops/matmul_bf16dot.h"
 #include "ops/reference.h"
 
@@ -224,6 +225,9 @@ void decode_slots_case(int64_t ctx, int64_t slots, int reps) {
 }  // namespace
 
 int main() {
+  // TINYLOOP_NUM_THREADS / TINYLOOP_FORCE_SCALAR are read by the backend layer (ops/backend.h),
+  // which calling the cpu kernels directly would skip.
+  ops::ensure_backend_defaults();
   std::printf("SIMD target %s, %d threads\n", cpu::simd_target_name().c_str(), cpu::num_threads());
   // TINYLOOP_BENCH_BF16DOT_ONLY=1: only the reduced-precision matmul cases.
   const bool bf16dot_only = std::getenv("TINYLOOP_BENCH_BF16DOT_ONLY") != nullptr;

@@ -15,6 +15,7 @@
 #include "cpu/matmul_q8act_packed.h"
 #include "cpu/matmul_q8act_vnni.h"
 #include "cpu/thread_pool.h"
+#include "ops/backend.h"
 #include "ops/test_util.h"
 #include "ops/weight_quant_test_util.h"
 
@@ -60,6 +61,7 @@ void q8_case(const char* what, int64_t T, int64_t K, int64_t N, DType dt, int re
 }  // namespace
 
 int main() {
+  ops::ensure_backend_defaults();  // reads TINYLOOP_NUM_THREADS (ops/backend.h)
   std::printf("%d threads, VNNI %s\n", cpu::num_threads(), cpu::detail::vnni_supported() ? "yes" : "no");
   for (DType dt : {DType::I8, DType::U4}) {
     q8_case("prefill", 512, 768, 2048, dt, 3);
