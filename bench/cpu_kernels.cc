@@ -215,10 +215,11 @@ void decode_slots_case(int64_t ctx, int64_t slots, int reps) {
           for (const auto& v : views) cpu::attention(q.data(), 1, H, v, &q_pos, &k_lo, out.data());
         },
         reps);
-    std::printf("decode attention %lld slots x %-5lld positions, F16 KV, %-13s %8.3f ms  %6.1f GB/s KV"
-                "  | per CPU-s: %6.1f GB/s\n",
-                (long long)slots, (long long)ctx, hm ? "head-major" : "position-major", wall * 1e3,
-                bytes / wall / 1e9, bytes / cpu / 1e9);
+    std::printf(
+        "decode attention %lld slots x %-5lld positions, F16 KV, %-13s %8.3f ms  %6.1f GB/s KV"
+        "  | per CPU-s: %6.1f GB/s\n",
+        (long long)slots, (long long)ctx, hm ? "head-major" : "position-major", wall * 1e3, bytes / wall / 1e9,
+        bytes / cpu / 1e9);
   }
 }
 

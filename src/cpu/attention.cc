@@ -217,8 +217,8 @@ struct Ahead {
 //   kf   [4, hdp] scratch
 //   zrow [hd] zeros
 template <int NC, bool kFull, typename KT>
-HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_t hdp,
-                         const Item* it, int64_t n_it, int64_t ulo, float scale, float* kf, const KT* zrow) {
+HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_t hdp, const Item* it, int64_t n_it,
+                         int64_t ulo, float scale, float* kf, const KT* zrow) {
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const int64_t L = int64_t(hn::Lanes(df));
@@ -295,8 +295,7 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
 //   it  [4] items (unused ones have an empty window); only the first NI are looked at
 // kFull: the NV chunks are whole (no tail chunk among them).
 template <int NV, int NI, bool kFull, typename KT>
-HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, int64_t hd, const Item* it,
-                          int64_t ulo, int64_t c0) {
+HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, int64_t hd, const Item* it, int64_t ulo, int64_t c0) {
   static_assert(NV >= 1 && NV <= 4, "up to 4 vectors per pass");
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;

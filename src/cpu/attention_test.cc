@@ -251,7 +251,8 @@ TEST_P(CpuAttention, PagedBitIdenticalToContiguous) {
           std::vector<char> hk(size_t(cap * n_kv * hd * esz)), hv(hk.size());
           std::vector<ops::KvBlock> htable;
           for (int64_t b = 0; b < cap / B; ++b)
-            htable.push_back({hk.data() + b * B * n_kv * hd * esz, hv.data() + b * B * n_kv * hd * esz, nullptr, nullptr});
+            htable.push_back(
+                {hk.data() + b * B * n_kv * hd * esz, hv.data() + b * B * n_kv * hd * esz, nullptr, nullptr});
           ops::KvView paged_hm = paged;
           paged_hm.blocks = htable.data();
           paged_hm.head_major = true;
@@ -279,7 +280,8 @@ TEST_P(CpuAttention, PagedBitIdenticalToContiguous) {
                   << "head-major: hd=" << hd << " B=" << B << " window=" << window << " i=" << i;
             // The same rows split into two groups of one batched call, one contiguous, one paged.
             const int64_t h = T / 2, w = n_heads * hd;
-            const ops::KvRowGroup groups[3] = {{whole.view(), 0, h / 2}, {paged, h / 2, h - h / 2}, {paged_hm, h, T - h}};
+            const ops::KvRowGroup groups[3] = {
+                {whole.view(), 0, h / 2}, {paged, h / 2, h - h / 2}, {paged_hm, h, T - h}};
             std::vector<float> three(one.size(), NAN);
             cpu::attention_batch(qs.q.data(), T, n_heads, groups, 3, qs.q_pos.data(), qs.k_lo.data(), three.data());
             for (size_t i = 0; i < one.size(); ++i)

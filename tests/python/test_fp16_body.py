@@ -1,8 +1,9 @@
 """The reduced-precision loop body (Model(fp16_body=True) / TINYLOOP_EXPERIMENTAL_FP16_BODY=1,
 ops/matmul_bf16dot.h): it really takes the other path (logits differ, within a KL bound of
-the float32 body), its weight copies are counted (instead of the originals they replace), int8 weights are left alone, the env and
-kwarg select it, and it keeps batch invariance (a prompt scored in one forward gives the
-tokens and logits of step-by-step decoding, bit for bit)."""
+the float32 body), its weight copies are counted (instead of the originals they replace),
+int8 weights are left alone, the env and kwarg select it, and it keeps batch invariance (a
+prompt scored in one forward gives the tokens and logits of step-by-step decoding, bit for
+bit)."""
 import os
 
 import numpy as np
