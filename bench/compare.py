@@ -197,6 +197,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quant-activations", type=bench._strs, default=["q8"],
                     help="TinyLoop activation modes for int8 / int4 rows, comma-separated: q8 "
                          "(llama.cpp's arithmetic), f32 (default q8)")
+    ap.add_argument("--fp16-body", action="store_true",
+                    help="also run the F16 model with the reduced-precision loop body (fp16_body=True: "
+                         "bf16 dot products) against the same llama.cpp F16 GGUF")
     ap.add_argument("--torch", action="store_true",
                     help="also run transformers on PyTorch CPU, eager (bench/torch_peer.py)")
     ap.add_argument("--torch-dtype", type=bench._strs, default=["f32"],
@@ -232,6 +235,8 @@ def main(argv=None) -> int:
                 unrolled_gguf(path, loops, gguf_path + ".tmp")
                 os.replace(gguf_path + ".tmp", gguf_path)
             configs.append(("F16 / F16", path, {}, gguf_path))
+            if args.fp16_body:
+                configs.append(("F16 bf16 body / F16", path, {"fp16_body": True}, gguf_path))
             continue
         src = args.model or bench.bench_model_path("f32", args.cache_dir)
         tl_path, gguf_path = quantized_pair(src, wd, loops, cache_dir)
