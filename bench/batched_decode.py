@@ -54,10 +54,6 @@ def ints(s: str) -> list[int]:
     return out
 
 
-def strs(s: str) -> list[str]:
-    return [v.strip() for v in s.split(",") if v.strip() != ""]
-
-
 def step_window(arrivals: list[tuple[float, int]], first: int, last: int) -> tuple[float, int] | None:
     """From the timeline [(time, fewest tokens any request has)], the time between the moment
     the fewest count reached `first` and the moment it reached `last`, and the steps between
@@ -151,7 +147,7 @@ def run_batch(eng, prompts: list[list[int]], steps: int, loops: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-b", "--batch", type=ints, default=list(BATCHES), help="batch sizes B (comma-separated)")
-    ap.add_argument("--weight-dtype", type=strs, default=["f16", "int8", "int4"],
+    ap.add_argument("--weight-dtype", type=bench._strs, default=["f16", "int8", "int4"],
                     help="benchmark model weight types: f32,f16,bf16,int8,int4")
     ap.add_argument("-t", "--threads", type=ints, default=[1, 2], help="thread counts")
     ap.add_argument("-L", "--loops", type=int, default=8)

@@ -54,8 +54,8 @@ class ModelFile {
   // whole pages inside the range): for weights the backend has copied into its own layout.
   // A later read faults them back from the page cache, unchanged (the mapping is private and
   // read-only, never written). Does nothing for a copy read into memory (mapped() false),
-  // where it would lose the bytes. Returns the bytes released.
-  int64_t release_pages(const void* p, int64_t n) const;
+  // where it would lose the bytes.
+  void release_pages(const void* p, int64_t n) const;
 
  private:
   ModelFile() = default;

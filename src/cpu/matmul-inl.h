@@ -115,6 +115,13 @@ HWY_INLINE void StoreTile(const float* acc, int64_t mt, int64_t mj, const float*
   }
 }
 
+// xr[MR]: x rows t0 .. t0+mt (mt <= MR), the last one repeated into the padding slots (a
+// padded row's results are computed and dropped by StoreTile).
+template <int MR>
+HWY_INLINE void XRows(const detail::MatmulArgs& a, int64_t t0, int64_t mt, const float** xr) {
+  for (int i = 0; i < MR; ++i) xr[i] = a.x + (t0 + std::min<int64_t>(i, mt - 1)) * a.K;
+}
+
 // Fused path, MR rows of x (t0 .. t0+mt, mt <= MR) against weight rows [n0, n1), the
 // weights widened in registers: W is read once for these rows.
 // One weight row at a time, front to back, so the task's rows form one sequential stream:
@@ -131,7 +138,7 @@ HWY_NOINLINE void FusedRows(const detail::MatmulArgs& a, int64_t t0, int64_t mt,
   const WT* w = static_cast<const WT*>(a.w);  // [N, K]
   const int64_t K = a.K;
   const float* xr[MR];
-  for (int i = 0; i < MR; ++i) xr[i] = a.x + (t0 + std::min<int64_t>(i, mt - 1)) * K;
+  XRows<MR>(a, t0, mt, xr);
   for (int64_t n = n0; n < n1; ++n) {
     const WT* wr[1] = {w + n * K};  // [K]
     float acc[MR];
@@ -179,7 +186,7 @@ HWY_NOINLINE void TiledRange(const detail::MatmulArgs& a, int64_t n0, int64_t n1
   for (int64_t t = 0; t < a.T; t += kTileMR) {
     const int64_t mt = std::min<int64_t>(kTileMR, a.T - t);
     const float* xr[kTileMR];
-    for (int i = 0; i < kTileMR; ++i) xr[i] = a.x + (t + std::min<int64_t>(i, mt - 1)) * K;
+    XRows<kTileMR>(a, t, mt, xr);
     for (int64_t j = 0; j < nb; j += kTileNR) {
       const int64_t mj = std::min<int64_t>(kTileNR, nb - j);
       const float* wr[kTileNR];
@@ -198,7 +205,7 @@ HWY_INLINE void DirectTile(const detail::MatmulArgs& a, int64_t t0, int64_t mt, 
   const WT* w = static_cast<const WT*>(a.w);  // [N, K]
   const int64_t K = a.K;
   const float* xr[MR];
-  for (int i = 0; i < MR; ++i) xr[i] = a.x + (t0 + std::min<int64_t>(i, mt - 1)) * K;
+  XRows<MR>(a, t0, mt, xr);
   const WT* wr[kTileNR];
   for (int q = 0; q < kTileNR; ++q) wr[q] = w + (j0 + std::min<int64_t>(q, mj - 1)) * K;
   float acc[MR * kTileNR];

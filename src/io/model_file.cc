@@ -499,15 +499,13 @@ std::shared_ptr<const ModelFile> ModelFile::open(const std::string& path, bool u
   return f;
 }
 
-int64_t ModelFile::release_pages(const void* p, int64_t n) const {
-  if (!mapped_ || !p || n <= 0) return 0;
+void ModelFile::release_pages(const void* p, int64_t n) const {
+  if (!mapped_ || !p || n <= 0) return;
   const auto base = reinterpret_cast<uintptr_t>(map_), at = reinterpret_cast<uintptr_t>(p);
   if (at < base || at + uint64_t(n) > base + size_) throw std::logic_error("release_pages: range outside the mapping");
   const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
   const uintptr_t lo = (at + page - 1) / page * page, hi = (at + uint64_t(n)) / page * page;
-  if (hi <= lo) return 0;
-  if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0) return 0;  // only a hint
-  return int64_t(hi - lo);
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // a hint: failure changes nothing
 }
 
 ModelFile::~ModelFile() {

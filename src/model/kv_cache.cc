@@ -193,12 +193,13 @@ void KvCache::copy_row(int64_t src_slot, int64_t dst_slot, int64_t p) {
     }
     return;
   }
-  // K / V: head-major blocks (kv_pool.h), so each kv head's part of the row is its own run:
-  // values at (g * rows + row) * head_dim, I8 scales at g * rows + row.
+  // K / V: each kv head's part of the row is its own run in the block's order (head-major,
+  // kv_pool.h): values at index * head_dim, I8 scales at index (ops::KvView::index).
+  const ops::KvView kv = view(dst_slot);
   const int64_t hd_bytes = block_.row_bytes / block_.n_kv_heads;
   for (int64_t a = 0; a < 2; ++a)
     for (int64_t g = 0; g < block_.n_kv_heads; ++g) {
-      const int64_t i = g * block_.rows + row;  // (row, kv head) index
+      const int64_t i = kv.index(row, g);  // (row, kv head)
       const int64_t v = a * block_.v_off + i * hd_bytes;
       std::memcpy(dst + v, src + v, size_t(hd_bytes));
       if (block_.row_scales > 0) {

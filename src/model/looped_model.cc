@@ -25,13 +25,6 @@ LoopedModel::LoopedModel(std::shared_ptr<const ModelFile> file, bool q8act, bool
   release_copied_originals();
 }
 
-// Bytes of a weight view's tensors in the file: values, scales, offsets.
-static int64_t view_bytes(const ops::WeightView& v, int64_t* scale_bytes) {
-  const int64_t groups = v.group > 0 ? v.cols / v.group : 0;
-  *scale_bytes = v.scales ? v.rows * groups * (v.scale_dtype == DType::F16 ? 2 : 4) : 0;
-  return v.rows * weight_row_bytes(v.dtype, v.cols);
-}
-
 void LoopedModel::release_copied_originals() {
   // A weight whose kernels read the backend's copy (q8 packed, bf16 body) leaves its file
   // bytes unread after load, but packing them faulted every page in: drop those pages, and
@@ -43,24 +36,16 @@ void LoopedModel::release_copied_originals() {
   // Measured (bench/peak_rss.py, 4096-token context, EPYC Zen 5): peak RSS -54 MiB on the
   // int8 benchmark model, -31 MiB int4, -65 MiB on SmolLM2-135M.
   if (!file_->mapped()) return;
-  std::vector<const ops::WeightView*> copied;
-  for (ops::WeightView* v : matmul_views(w_))
-    if (v->q8packed || v->bf16dot) copied.push_back(v);
-  for (ops::WeightView* v : loop_body_views(w_))
-    if (v->bf16dot) copied.push_back(v);
-  std::sort(copied.begin(), copied.end());
-  copied.erase(std::unique(copied.begin(), copied.end()), copied.end());
-  std::vector<const void*> seen;  // a tied head is the embedding's view data: count it once
-  for (const ops::WeightView* v : copied) {
-    if (std::find(seen.begin(), seen.end(), v->data) != seen.end()) continue;
-    seen.push_back(v->data);
-    int64_t scale_bytes = 0;
-    const int64_t data_bytes = view_bytes(*v, &scale_bytes);
-    file_->release_pages(v->data, data_bytes);
-    file_->release_pages(v->scales, scale_bytes);
-    file_->release_pages(v->offsets, v->offsets ? scale_bytes : 0);
+  for (const ops::WeightView* v : matmul_views(w_)) {  // the loop body's views among them
+    if (!v->q8packed && !v->bf16dot) continue;
+    const int64_t values = v->rows * weight_row_bytes(v->dtype, v->cols);
+    // scales, and offsets (U4) of the same shape: [N, K / group]
+    const int64_t params = v->scales ? v->rows * (v->cols / v->group) * int64_t(dtype_size(v->scale_dtype)) : 0;
+    file_->release_pages(v->data, values);
+    file_->release_pages(v->scales, params);
+    if (v->offsets) file_->release_pages(v->offsets, params);
     if (v->data == w_.embed.data) continue;  // still read row by row: stays counted
-    w_.bytes -= uint64_t(data_bytes + scale_bytes + (v->offsets ? scale_bytes : 0));
+    w_.bytes -= uint64_t(values + params * (v->offsets ? 2 : 1));
   }
 }
 
@@ -160,9 +145,8 @@ int64_t LoopedModel::max_step(const KvCache& kv, int64_t T) const {
 }
 
 int64_t LoopedModel::max_chunk(const KvCache& kv, int64_t T) const {
-  const int64_t n = max_step(kv, T);
-  if (kv.window() > 0 || kv.layout().shared() || ops::is_store_h(kv.dtype())) return n;
-  return std::min(n, kPrefillChunk);
+  const int64_t n = max_step(kv, T);  // a window's pieces (kWindowSlack) are smaller already
+  return kv.layout().shared() || ops::is_store_h(kv.dtype()) ? n : std::min(n, kPrefillChunk);
 }
 
 void LoopedModel::forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRows rows, std::vector<float>& logits,
