@@ -35,6 +35,10 @@ HugeBytes alloc_huge_pages(size_t bytes) {
 #ifdef MADV_HUGEPAGE
   if (huge) madvise(p.get(), rounded, MADV_HUGEPAGE);  // a hint: failure only costs speed
 #endif
+  // Fault the pages in now (header: a decode step's first write into a KV block must not
+  // wait for the kernel to compact and zero a huge page).
+  if (huge)
+    for (size_t i = 0; i < rounded; i += 4096) p.get()[i] = 0;
   return p;
 }
 
