@@ -129,7 +129,7 @@ void attention_case(int64_t T, int64_t ctx, int reps) {
   kv.head_dim = hd;
   const double flops = 4.0 * double(H * hd) * keys;  // QK^T and PV
   // The same rows paged as the engine keeps them (model/kv_pool.h): blocks of B positions,
-  // K then V per block, in shuffled order in one arena.
+  // head-major (K [H, B, hd] then V), in shuffled order in one arena.
   const int64_t B = 32, nb = (ctx + B - 1) / B, row = H * hd;
   std::vector<uint16_t> arena(size_t(nb * 2 * B * row));
   std::vector<int64_t> order(static_cast<size_t>(nb));
@@ -139,16 +139,18 @@ void attention_case(int64_t T, int64_t ctx, int reps) {
   for (int64_t b = 0; b < nb; ++b) {
     uint16_t* base = arena.data() + order[size_t(b)] * 2 * B * row;
     table[size_t(b)] = {base, base + B * row, nullptr, nullptr};
-    for (int64_t r = 0; r < B && b * B + r < ctx; ++r) {
-      std::copy_n(k.data() + (b * B + r) * row, row, base + r * row);
-      std::copy_n(v.data() + (b * B + r) * row, row, base + (B + r) * row);
-    }
+    for (int64_t r = 0; r < B && b * B + r < ctx; ++r)
+      for (int64_t h = 0; h < H; ++h) {
+        std::copy_n(k.data() + (b * B + r) * row + h * hd, hd, base + (h * B + r) * hd);
+        std::copy_n(v.data() + (b * B + r) * row + h * hd, hd, base + B * row + (h * B + r) * hd);
+      }
   }
   ops::KvView paged = kv;
   paged.k = paged.v = nullptr;
   paged.capacity = nb * B;
   paged.block_rows = B;
   paged.blocks = table.data();
+  paged.head_major = true;
   double contiguous_ms = 0;
   for (bool pg : {false, true}) {
     const auto [wall, cpu] = time_best(
@@ -248,7 +250,8 @@ int main() {
   // TINYLOOP_BENCH_ATTENTION_ONLY=1: only attention, contiguous against paged KV.
   if (std::getenv("TINYLOOP_BENCH_ATTENTION_ONLY")) {
     for (int64_t ctx : {512, 2048, 8192}) attention_case(1, ctx, 50);
-    attention_case(512, 512, 5);
+    // Prefill pieces: 512 rows (LoopedModel::kPrefillChunk) at the end of a 512-4096 context.
+    for (int64_t ctx : {512, 2048, 4096, 16384}) attention_case(512, ctx, ctx <= 512 ? 5 : 2);
     return 0;
   }
   if (!bf16dot_only) {

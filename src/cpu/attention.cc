@@ -9,19 +9,24 @@
 //
 // A task is a tile of up to kTileRows query rows and one kv head g: the (row, query head)
 // items of the tile (every head of g's group) attend to their row's keys k_lo[t] .. q_pos[t].
-// The tile walks the union of its rows' windows once for the scores and once for the
-// weighted V, so each K/V row is loaded and widened once for all its items (decode: a tile
-// of one row, the group's heads). Per item the arithmetic is fixed by its own window:
+// Flash-style, the tile walks the union of its rows' windows once, in key blocks that end
+// at multiples of kKeyBlock absolute positions: per block, the scores of every item, an
+// online-softmax update, and the weighted V, so each K/V row is loaded and widened once for
+// all the tile's items and the scratch is one block of scores per item at any context (a
+// long prompt's K/V is read once per tile of rows, not once per row). Per item the
+// arithmetic is fixed by its own window and the absolute block ends:
 //   score[p] = TransposedSum4(sum over head_dim chunks of MulAdd(q, widen(K[p]))) * scale
 //     (four keys' lane sums at once, every key through the same add tree)
-//   w[p] = Exp(score[p] - max) (vector exp, ~1 ulp), sum = lane-wise sum over whole vectors
-//     of the window from its first key (-inf padded), then SumOfLanes
-//   out = (sum over p in order of MulAdd(w[p], widen(V[p]))) * (1 / sum)
+//   per block part: m' = max(m, max score), alpha = exp(m - m'), w[p] = Exp(score[p] - m')
+//     (vector exp, ~1 ulp), l = alpha l + (lane-wise sum over whole vectors of the part from
+//     its first key, -inf padded, then SumOfLanes), o = alpha o + sum over p in order of
+//     MulAdd(w[p], widen(V[p]))
+//   out = o * (1 / l)
 // so a row's result does not depend on T, on the other rows of its tile (keys outside its
 // window are skipped, not weighted by 0), nor on where the window is split between slots,
-// and tasks may run on any thread. INT8 rows (int8 -> int32 -> float, exact) are scaled
-// inside those sums, never dequantized into a buffer: score[p] uses k_scale[p] * scale, and
-// V[p]'s weight is w[p] * v_scale[p].
+// and tasks may run on any thread: decode (a tile of one row) gives a prefill row's bits.
+// INT8 rows (int8 -> int32 -> float, exact) are scaled inside those sums, never dequantized
+// into a buffer: score[p] uses k_scale[p] * scale, and V[p]'s weight is w[p] * v_scale[p].
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -55,7 +60,11 @@ struct AttnArgs {
 };
 // Query rows per task: a tile of up to this many rows shares each K/V row it loads (a speed
 // choice only: a row's result does not depend on its tile).
-constexpr int64_t kTileRows = 4;
+constexpr int64_t kTileRows = 16;
+// Keys per block of the online softmax (AttendTileT): a window is cut where an absolute
+// position is a multiple of this. Part of the arithmetic (decode and prefill agree on it);
+// a tile's scores and one head's K/V of a block (32 KiB F16 at head_dim 64) stay in L1/L2.
+constexpr int64_t kKeyBlock = 128;
 }  // namespace tinyloop::cpu::detail
 #endif
 
@@ -119,14 +128,16 @@ HWY_INLINE void SplitRange(const ops::KvView& kv, int64_t g, int64_t lo, int64_t
   }
 }
 
-// One (query row, query head) pair of a tile: its window lo .. hi and where its scores and
-// output go.
+// One (query row, query head) pair of a tile: its window lo .. hi, where its scores and
+// output go, and its online-softmax state (AttendTileT).
 struct Item {
   const float* q;  // [hdp] query row, zero-padded
-  float* s;  // scores / weights indexed by position - ulo (the tile's first key)
-  float* o;  // [hd] output row
+  float* s;  // scores / weights of the current key block, indexed by position - block start
+  float* o;  // [hd] output row: the running sum of w V, then the result
   int64_t lo, hi;  // window
-  float inv;  // 1 / softmax sum
+  float m, l;  // running max of the scores so far, running sum of their exps (relative to m)
+  float alpha;  // exp(previous m - m) for the current block: the factor on o (and l)
+  bool live;  // the window meets the current key block
 };
 
 #if HWY_TARGET != HWY_SCALAR
@@ -202,6 +213,11 @@ struct Ahead {
   }
   HWY_INLINE void next() {
     if (j < n_seg && ++off == seg[j].n) off = 0, ++j;
+  }
+  // Moves the cursor n positions on (past a key block another cursor walked).
+  void skip(int64_t n) {
+    off += n;
+    while (j < n_seg && off >= seg[j].n) off -= seg[j++].n;
   }
 };
 
@@ -287,15 +303,18 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
   }
 }
 
-// o[c0 .. c0 + NV*L) of up to four items: o = inv * sum over p of the item's window, in
-// position order, of w[p] * V[p] (INT8: w[p] * v_scale[p]). The parts cover the union of
-// the items' windows; each V row is loaded (and widened) once and used by every item whose
-// window holds it, so an item's sum is exactly the one it would get alone.
-//   seg [n_seg] parts of the union (kv head g's rows)
-//   it  [4] items (unused ones have an empty window); only the first NI are looked at
+// o[c0 .. c0 + NV*L) of up to four items over one key block, the online-softmax update of
+// their outputs: o = alpha * o + sum over p of the block's part of the item's window, in
+// position order, of w[p] * V[p] (INT8: w[p] * v_scale[p]); on an item's first block o = 0
+// and alpha = 0. Each V row of the block is loaded (and widened) once and used by every item
+// whose window holds it, so an item's sum is exactly the one it would get alone.
+//   seg   [n_seg] the block's runs (kv head g's rows); ahead: a cursor at the block's first key
+//   it    [4] items (unused ones are not live); only the first NI are looked at
+//   bs    the block's first position (it[i].s is indexed by position - bs)
 // kFull: the NV chunks are whole (no tail chunk among them).
 template <int NV, int NI, bool kFull, typename KT>
-HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, int64_t hd, const Item* it, int64_t ulo, int64_t c0) {
+HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, Ahead<KT> ahead, int64_t hd, const Item* it, int64_t bs,
+                          int64_t c0) {
   static_assert(NV >= 1 && NV <= 4, "up to 4 vectors per pass");
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
@@ -304,9 +323,26 @@ HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, int64_t hd, const I
   const V z = hn::Zero(df);
   V a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z;
   V a20 = z, a21 = z, a22 = z, a23 = z, a30 = z, a31 = z, a32 = z, a33 = z;
+// Macro-generated registers, one statement a line: left as written.
+// clang-format off
+#define TL_LOAD(i)                                                                          \
+  do {                                                                                      \
+    if (!(NI > i && it[i].live)) break;                                                     \
+    const V al = hn::Set(df, it[i].alpha);                                                  \
+    const float* o = it[i].o + c0;                                                          \
+    a##i##0 = hn::Mul(LoadChunk<kFull>(df, o, 0, hd - c0), al);                             \
+    if constexpr (NV > 1) a##i##1 = hn::Mul(LoadChunk<kFull>(df, o, L, hd - c0), al);       \
+    if constexpr (NV > 2) a##i##2 = hn::Mul(LoadChunk<kFull>(df, o, 2 * L, hd - c0), al);   \
+    if constexpr (NV > 3) a##i##3 = hn::Mul(LoadChunk<kFull>(df, o, 3 * L, hd - c0), al);   \
+  } while (0)
+  TL_LOAD(0);
+  TL_LOAD(1);
+  TL_LOAD(2);
+  TL_LOAD(3);
+#undef TL_LOAD
+  // clang-format on
   const int64_t lo0 = it[0].lo, hi0 = it[0].hi, lo1 = it[1].lo, hi1 = it[1].hi;
   const int64_t lo2 = it[2].lo, hi2 = it[2].hi, lo3 = it[3].lo, hi3 = it[3].hi;
-  Ahead<KT> ahead(seg, n_seg);
   for (int64_t s = 0; s < n_seg; ++s) {
     const KT* vbase = seg[s].v;
     const int64_t cap = seg[s].cap, n = seg[s].n, rs = seg[s].rs;
@@ -321,11 +357,10 @@ HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, int64_t hd, const I
       const V v3 = NV > 3 ? LoadChunk<kFull>(df, vr, 3 * L, hd - c0) : v0;
       float vsc = 1.f;
       if constexpr (kScaled<KT>) vsc = seg[s].vs[r * seg[s].ss];
-// Macro-generated registers, one statement a line: left as written.
 // clang-format off
 #define TL_ITEM(i)                                                   \
   if (NI > i && p >= lo##i && p <= hi##i) {                          \
-    float w = it[i].s[p - ulo];                                      \
+    float w = it[i].s[p - bs];                                       \
     if constexpr (kScaled<KT>) w = w * vsc;                          \
     const V wv = hn::Set(df, w);                                     \
     a##i##0 = hn::MulAdd(wv, v0, a##i##0);                           \
@@ -342,24 +377,28 @@ HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, int64_t hd, const I
   }
   const V acc[4][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23}, {a30, a31, a32, a33}};
   for (int i = 0; i < NI; ++i) {
-    if (it[i].lo > it[i].hi) continue;
-    const V iv = hn::Set(df, it[i].inv);
+    if (!it[i].live) continue;
     for (int v = 0; v < NV; ++v) {
-      const V res = hn::Mul(acc[i][v], iv);
       const int64_t c = c0 + v * L;
-      if (c + L <= hd) hn::StoreU(res, df, it[i].o + c);
-      else StoreTail(df, res, it[i].o + c, size_t(hd - c));
+      if (c + L <= hd) hn::StoreU(acc[i][v], df, it[i].o + c);
+      else StoreTail(df, acc[i][v], it[i].o + c, size_t(hd - c));
     }
   }
 }
 
 // One tile: query rows rows[0 .. n_rows) (non-empty windows), kv head g; the query heads of
-// g's group attend to their row's keys k_lo[t] .. q_pos[t]. Per (row, head) item:
-//   scores over its window (QkScores), w = Exp(score - max) (vector exp, ~1 ulp, lane-wise
-//   sum over whole vectors of its window, -inf padded, then SumOfLanes), out = sum of w V *
-//   (1 / sum) (WeightedV).
-// Every step of an item reads only its own window, starting at its own first key, so the
-// result does not depend on the tile, the thread or where the window is split between slots.
+// g's group attend to their row's keys k_lo[t] .. q_pos[t]. Flash-style: the tile walks the
+// union of its windows once, in key blocks that end at multiples of kKeyBlock (absolute
+// positions), and keeps per (row, head) item an online softmax (running max m, running sum
+// l, output o), so its scratch is one block of scores per item at any context, and each K/V
+// row is loaded once for all the tile's items. Per item and block (its window's part of it):
+//   scores (QkScores), m' = max(m, block max), alpha = exp(m - m'), w = Exp(score - m')
+//   (vector exp, ~1 ulp), l = alpha l + (lane-wise sum over whole vectors of the part from
+//   its first key, -inf padded, then SumOfLanes), o = alpha o + sum of w V (WeightedV);
+//   at the end out = o * (1 / l).
+// Every step of an item reads only its own window, cut at the same absolute block ends
+// whatever the tile, so the result does not depend on the tile, the thread or where the
+// window is split between slots: decode (a tile of one row) gives a prefill row's bits.
 template <typename KT>
 HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, int64_t n_rows, int64_t g) {
   const hn::ScalableTag<float> df;
@@ -373,9 +412,8 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
     ulo = std::min(ulo, a.k_lo[rows[i]]);
     uhi = std::max(uhi, a.q_pos[rows[i]]);
   }
-  const int64_t nu = uhi - ulo + 1;
   const int64_t hdp = (hd + L - 1) / L * L;  // hd padded to whole vectors
-  const int64_t ns = (nu + 2 * L + 3) / L * L;  // a score row: window + padding + overhang
+  const int64_t ns = (detail::kKeyBlock + 2 * L + 3) / L * L;  // a score row: block + padding + overhang
   thread_local std::vector<float> qbuf, sbuf, kbuf;
   thread_local std::vector<KT> zbuf;
   thread_local std::vector<Item> ibuf;
@@ -385,8 +423,9 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
   if (zbuf.size() < size_t(hd)) zbuf.resize(size_t(hd), KT());  // [hd] a zero K row
   if (ibuf.size() < size_t(n_it + 3)) ibuf.resize(size_t(n_it + 3));
   float* qp = qbuf.data();  // [n_it, hdp] query rows, zero-padded
-  float* sc = sbuf.data();  // [n_it, ns] scores, then softmax numerators
+  float* sc = sbuf.data();  // [n_it, ns] one key block's scores, then softmax numerators
   Item* it = ibuf.data();  // [n_it + 3] (3 empty ones for the last batch of WeightedV)
+  const float ninf = -std::numeric_limits<float>::infinity();
   for (int64_t r = 0; r < n_rows; ++r) {
     const int64_t t = rows[r];
     const float* qg = a.q + (t * a.n_heads + g * group) * hd;  // [group, hd]
@@ -394,74 +433,100 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
       const int64_t i = r * group + j;
       std::copy(qg + j * hd, qg + (j + 1) * hd, qp + i * hdp);
       std::fill(qp + i * hdp + hd, qp + (i + 1) * hdp, 0.f);
-      it[i] = {qp + i * hdp, sc + i * ns, a.out + (t * a.n_heads + g * group + j) * hd, a.k_lo[t], a.q_pos[t], 0.f};
+      float* o = a.out + (t * a.n_heads + g * group + j) * hd;  // [hd]
+      std::fill(o, o + hd, 0.f);
+      it[i] = {qp + i * hdp, sc + i * ns, o, a.k_lo[t], a.q_pos[t], ninf, 0.f, 0.f, false};
     }
   }
-  for (int64_t i = n_it; i < n_it + 3; ++i) it[i] = {nullptr, nullptr, nullptr, 1, 0, 0.f};
+  for (int64_t i = n_it; i < n_it + 3; ++i) it[i] = {nullptr, nullptr, nullptr, 1, 0, ninf, 0.f, 0.f, false};
 
-  thread_local std::vector<Seg<KT>> seg, bseg;  // runs of the union, of a batch of items
+  thread_local std::vector<Seg<KT>> seg, bseg;  // runs of the union, of one key block
   SplitRange(a.kv, g, ulo, uhi, seg);
   const int64_t n_seg = int64_t(seg.size());
   const float scale = float(1.0 / std::sqrt(double(hd)));
-  // Scores: one pass over the union's K rows, each row used by every item.
-  Ahead<KT> ahead(seg.data(), n_seg);
-  for (int64_t s = 0; s < n_seg; ++s) {
-    const bool full = hd == hdp;
-    float* kf = kbuf.data();
-    const KT* z = zbuf.data();
-#define TL_QK(NC, FULL) QkScores<NC, FULL>(seg[s], ahead, hd, hdp, it, n_it, ulo, scale, kf, z)
-    // Unrolled for rows of up to 4 vectors; the test-free variant only for exactly 4 (head_dim
-    // 64 on AVX-512, 32 on AVX2): every variant is compiled per dtype and target.
-    switch (hdp / L) {
-      case 1: TL_QK(1, false); break;
-      case 2: TL_QK(2, false); break;
-      case 3: TL_QK(3, false); break;
-      case 4: full ? TL_QK(4, true) : TL_QK(4, false); break;
-      default: TL_QK(0, false); break;
+  Ahead<KT> kahead(seg.data(), n_seg), vahead = kahead;  // prefetch cursors of the K and V walks
+  int64_t s0 = 0;  // the first run that reaches the block
+  for (int64_t bs = ulo; bs <= uhi;) {
+    const int64_t be = std::min(uhi, (bs / detail::kKeyBlock + 1) * detail::kKeyBlock - 1);  // block bs .. be
+    while (seg[size_t(s0)].lo + seg[size_t(s0)].n <= bs) ++s0;
+    bseg.clear();
+    for (int64_t j = s0; j < n_seg && seg[size_t(j)].lo <= be; ++j) {
+      Seg<KT> c = seg[size_t(j)];  // clipped to the block (rows follow from positions)
+      const int64_t lo = std::max(c.lo, bs), hi = std::min(c.lo + c.n - 1, be);
+      c.lo = lo;
+      c.n = hi - lo + 1;
+      bseg.push_back(c);
     }
-#undef TL_QK
-  }
-
-  // Softmax numerators per item over its own window, from its first key; the -inf padding
-  // exps to exactly 0.
-  for (int64_t i = 0; i < n_it; ++i) {
-    const int64_t n = it[i].hi - it[i].lo + 1, np = (n + L - 1) / L * L;
-    float* s = it[i].s + (it[i].lo - ulo);  // [np] the window's scores, then padding
-    std::fill(s + n, s + np, -std::numeric_limits<float>::infinity());
-    V mx = hn::LoadU(df, s);
-    for (int64_t c = L; c < np; c += L) mx = hn::Max(mx, hn::LoadU(df, s + c));
-    const V m = hn::MaxOfLanes(df, mx);
-    V sum = hn::Zero(df);
-    for (int64_t c = 0; c < np; c += L) {
-      const V e = hn::Exp(df, hn::Sub(hn::LoadU(df, s + c), m));
-      hn::StoreU(e, df, s + c);
-      sum = hn::Add(sum, e);
-    }
-    it[i].inv = 1.f / ReduceSumF32(df, sum);  // sum >= 1: the max term is exp(0)
-  }
-
-  // Weighted V, four items at a time over the union of their windows.
-  for (int64_t b = 0; b < n_it; b += 4) {
-    int64_t blo = it[b].lo, bhi = it[b].hi;
-    for (int64_t i = b + 1; i < std::min(b + 4, n_it); ++i) {
-      blo = std::min(blo, it[i].lo);
-      bhi = std::max(bhi, it[i].hi);
-    }
-    SplitRange(a.kv, g, blo, bhi, bseg);
     const int64_t n_bseg = int64_t(bseg.size());
-    const bool one = b + 1 == n_it;  // a single item (decode of an MHA head): no others to test
-    for (int64_t c0 = 0; c0 < hd; c0 += 4 * L) {
-      const int64_t nv = std::min<int64_t>(4, (hd - c0 + L - 1) / L);
-      const bool full = c0 + nv * L <= hd;
-#define TL_PV(NV, NI, FULL) WeightedV<NV, NI, FULL>(bseg.data(), n_bseg, hd, it + b, ulo, c0)
-      if (nv == 4 && full)  // head_dim 64 on AVX-512, 32 on AVX2
-        one ? TL_PV(4, 1, true) : TL_PV(4, 4, true);
-      else if (nv == 4) TL_PV(4, 4, false);
-      else if (nv == 3) TL_PV(3, 4, false);
-      else if (nv == 2) TL_PV(2, 4, false);
-      else TL_PV(1, 4, false);
-#undef TL_PV
+
+    // Scores: one pass over the block's K rows, each row used by every item.
+    for (int64_t s = 0; s < n_bseg; ++s) {
+      const bool full = hd == hdp;
+      float* kf = kbuf.data();
+      const KT* z = zbuf.data();
+#define TL_QK(NC, FULL) QkScores<NC, FULL>(bseg[size_t(s)], kahead, hd, hdp, it, n_it, bs, scale, kf, z)
+      // Unrolled for rows of up to 4 vectors; the test-free variant only for exactly 4 (head_dim
+      // 64 on AVX-512, 32 on AVX2): every variant is compiled per dtype and target.
+      switch (hdp / L) {
+        case 1: TL_QK(1, false); break;
+        case 2: TL_QK(2, false); break;
+        case 3: TL_QK(3, false); break;
+        case 4: full ? TL_QK(4, true) : TL_QK(4, false); break;
+        default: TL_QK(0, false); break;
+      }
+#undef TL_QK
     }
+
+    // Online softmax of each item over its window's part of the block; the -inf padding exps
+    // to exactly 0.
+    for (int64_t i = 0; i < n_it; ++i) {
+      Item& t = it[i];
+      const int64_t lo = std::max(t.lo, bs), hi = std::min(t.hi, be);
+      t.live = lo <= hi;
+      if (!t.live) continue;
+      const int64_t n = hi - lo + 1, np = (n + L - 1) / L * L;
+      float* s = t.s + (lo - bs);  // [np] the part's scores, then padding
+      std::fill(s + n, s + np, ninf);
+      V mx = hn::LoadU(df, s);
+      for (int64_t c = L; c < np; c += L) mx = hn::Max(mx, hn::LoadU(df, s + c));
+      const float m = std::max(t.m, hn::GetLane(hn::MaxOfLanes(df, mx)));
+      t.alpha = std::exp(t.m - m);  // 0 on the item's first block (m was -inf)
+      const V mv = hn::Set(df, m);
+      V sum = hn::Zero(df);
+      for (int64_t c = 0; c < np; c += L) {
+        const V e = hn::Exp(df, hn::Sub(hn::LoadU(df, s + c), mv));
+        hn::StoreU(e, df, s + c);
+        sum = hn::Add(sum, e);
+      }
+      t.l = t.l * t.alpha + ReduceSumF32(df, sum);
+      t.m = m;
+    }
+
+    // Weighted V, four items at a time over the block's keys.
+    for (int64_t b = 0; b < n_it; b += 4) {
+      if (!(it[b].live || it[b + 1].live || it[b + 2].live || it[b + 3].live)) continue;
+      const bool one = b + 1 == n_it;  // a single item (decode of an MHA head): no others to test
+      for (int64_t c0 = 0; c0 < hd; c0 += 4 * L) {
+        const int64_t nv = std::min<int64_t>(4, (hd - c0 + L - 1) / L);
+        const bool full = c0 + nv * L <= hd;
+#define TL_PV(NV, NI, FULL) WeightedV<NV, NI, FULL>(bseg.data(), n_bseg, vahead, hd, it + b, bs, c0)
+        if (nv == 4 && full)  // head_dim 64 on AVX-512, 32 on AVX2
+          one ? TL_PV(4, 1, true) : TL_PV(4, 4, true);
+        else if (nv == 4) TL_PV(4, 4, false);
+        else if (nv == 3) TL_PV(3, 4, false);
+        else if (nv == 2) TL_PV(2, 4, false);
+        else TL_PV(1, 4, false);
+#undef TL_PV
+      }
+    }
+    vahead.skip(be - bs + 1);
+    bs = be + 1;
+  }
+
+  // out = o * (1 / l); l >= 1: the max term is exp(0).
+  for (int64_t i = 0; i < n_it; ++i) {
+    const float inv = 1.f / it[i].l;
+    for (int64_t j = 0; j < hd; ++j) it[i].o[j] *= inv;
   }
 }
 

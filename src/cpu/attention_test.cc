@@ -224,6 +224,66 @@ TEST_P(CpuAttention, TilesAnyRowGroupingBitIdentical) {
   });
 }
 
+// Windows that span several key blocks of the online softmax (cpu/attention.cc: kKeyBlock
+// absolute positions a block): causal prefill chunks from position 0, sliding windows that
+// start and end mid-block, a ring that wraps (the slot holds only the newest positions), in
+// every grouping of rows into tiles (1 row = decode; 16 = a whole tile; 17, 40: tiles cut
+// anywhere) and in head-major paged blocks of 48 rows (block ends not on key-block ends),
+// bit for bit; and close to the reference.
+TEST_P(CpuAttention, KeyBlocksAnyRowGroupingBitIdentical) {
+  testing::for_each_target([&] {
+    uint32_t seed = 701;
+    for (int64_t hd : {17, 64})
+      for (auto [n_heads, n_kv] : {std::pair<int64_t, int64_t>{2, 2}, {6, 2}}) {
+        struct Case {
+          int64_t cap, n_pos, first, T, window;
+        };
+        // 0 .. 400 causal; windows of 150 at 300 .. 420; a 336-row ring over 700 positions.
+        for (const Case& c : {Case{432, 400, 0, 400, 0}, Case{432, 420, 300, 120, 150}, Case{336, 700, 620, 80, 250}}) {
+          Slot s(GetParam(), c.cap, n_kv, hd, c.n_pos, seed += 2);
+          const Queries qs = causal_chunk(c.first, c.T, n_heads, hd, c.window, seed += 2);
+          const int64_t T = qs.T(), row = n_heads * hd;
+          expect_close(s, n_heads, qs);
+          std::vector<float> all(size_t(T * row), NAN);
+          cpu::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), all.data());
+          // The same rows in head-major blocks of 48 ([n_kv, 48, hd] each, the KV cache's order).
+          const int64_t B = 48, esz = GetParam() == ops::KvDType::F32 ? 4 : 2;
+          std::vector<char> hk(size_t(c.cap * n_kv * hd * esz)), hv(hk.size());
+          std::vector<ops::KvBlock> table;
+          for (int64_t b = 0; b < c.cap / B; ++b)
+            table.push_back(
+                {hk.data() + b * B * n_kv * hd * esz, hv.data() + b * B * n_kv * hd * esz, nullptr, nullptr});
+          ops::KvView paged = s.view();
+          paged.k = paged.v = nullptr;
+          paged.block_rows = B;
+          paged.blocks = table.data();
+          paged.head_major = true;
+          for (int64_t r = 0; r < c.cap; ++r)
+            for (int64_t g = 0; g < n_kv; ++g) {
+              const int64_t from = (r * n_kv + g) * hd * esz, to = paged.index(r % B, g) * hd * esz;
+              std::memcpy(static_cast<char*>(table[size_t(r / B)].k) + to, static_cast<char*>(s.k()) + from,
+                          size_t(hd * esz));
+              std::memcpy(static_cast<char*>(table[size_t(r / B)].v) + to, static_cast<char*>(s.v()) + from,
+                          size_t(hd * esz));
+            }
+          for (int64_t chunk : {1, 16, 17, 40}) {
+            std::vector<float> parts(all.size(), NAN);
+            for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+              const int64_t n = std::min(chunk, T - t0);
+              cpu::attention(qs.q.data() + t0 * row, n, n_heads, chunk == 17 ? paged : s.view(), &qs.q_pos[size_t(t0)],
+                             &qs.k_lo[size_t(t0)], parts.data() + t0 * row);
+            }
+            for (size_t i = 0; i < all.size(); ++i)
+              ASSERT_EQ(std::bit_cast<uint32_t>(parts[i]), std::bit_cast<uint32_t>(all[i]))
+                  << "hd=" << hd << " heads=" << n_heads << "/" << n_kv << " cap=" << c.cap << " chunk=" << chunk
+                  << " i=" << i;
+          }
+          if (HasFatalFailure()) return;
+        }
+      }
+  });
+}
+
 // A paged view whose blocks of B rows are slices of the slot gives bit for bit what the
 // contiguous view gives, on every target, in position-major and head-major blocks: block
 // sizes that split windows anywhere (1 row, odd sizes, the whole slot), windows, odd
