@@ -185,8 +185,8 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None, help=".tinyloop model (default: the benchmark model)")
     ap.add_argument("-L", "--loops", type=int, default=None, help="loop depth (default: the model's)")
     ap.add_argument("-t", "--threads", type=bench._ints, default=[2])
-    ap.add_argument("-p", "--n-prompt", type=int, default=512)
-    ap.add_argument("-n", "--n-gen", type=int, default=128)
+    ap.add_argument("-p", "--n-prompt", type=int, default=512, help="prompt length of ppN (0: no pp rows)")
+    ap.add_argument("-n", "--n-gen", type=int, default=128, help="tokens of tgN (0: no tg rows)")
     ap.add_argument("-d", "--depth", type=bench._ints, default=[0],
                     help="context depths for tg, comma-separated (0: after a one-token prompt)")
     ap.add_argument("-r", "--repetitions", type=int, default=3)
@@ -212,6 +212,8 @@ def main(argv=None) -> int:
     for qa in args.quant_activations:
         if qa not in ("q8", "f32"):
             ap.error(f"--quant-activations {qa!r}: expected q8 or f32")
+    if args.n_prompt < 0 or args.n_gen < 0 or (args.n_prompt == 0 and args.n_gen == 0):
+        ap.error(f"-p and -n must be >= 0 and not both 0, got -p {args.n_prompt} -n {args.n_gen}")
 
     import tinyloop_py as tl
     try:
@@ -256,23 +258,27 @@ def main(argv=None) -> int:
             if Llama is not None:
                 for *_, g in configs:
                     if g not in llms:
-                        llms[g] = Llama(g, n_ctx=n_ctx, n_batch=args.n_prompt, n_ubatch=args.n_prompt,
+                        llms[g] = Llama(g, n_ctx=n_ctx, n_batch=max(args.n_prompt, 512), n_ubatch=max(args.n_prompt, 512),
                                         n_threads=th, n_threads_batch=th, verbose=False)
             if peer:
                 peer.set_threads(th)
             s = {}
 
             def depths(rep):
+                if args.n_gen == 0:
+                    return []  # -n 0: prefill only
                 return args.depth if rep > 0 else [0]  # the warm-up round: no long prefills
 
             for rep in range(args.repetitions + 1):  # rep 0: warm-up
                 got = {}
                 for (label, _, _, g), model in zip(configs, models):
-                    got[(label, "tl_pp")] = bench.run_pp(model, args.n_prompt, loops, vocab, rep)
+                    if args.n_prompt > 0:
+                        got[(label, "tl_pp")] = bench.run_pp(model, args.n_prompt, loops, vocab, rep)
                     for d in depths(rep):
                         got[(label, f"tl_tg{d}")] = bench.run_tg(model, args.n_gen, d, loops, vocab, rep)
                 for g, llm in llms.items():  # each GGUF once, whatever the TinyLoop modes
-                    got[(g, "ll_pp")] = llama_pp(llm, args.n_prompt, vocab, rep)
+                    if args.n_prompt > 0:
+                        got[(g, "ll_pp")] = llama_pp(llm, args.n_prompt, vocab, rep)
                     for d in depths(rep):
                         got[(g, f"ll_tg{d}")] = llama_tg(llm, args.n_gen, vocab, rep, d)
                 if peer:
@@ -284,8 +290,9 @@ def main(argv=None) -> int:
             llms.clear()
             if Llama is not None:
                 for label, _, _, g in configs:
-                    results.append((th, label, f"pp{args.n_prompt}", s[(label, "tl_pp")], s[(g, "ll_pp")]))
-                    for d in args.depth:
+                    if args.n_prompt > 0:
+                        results.append((th, label, f"pp{args.n_prompt}", s[(label, "tl_pp")], s[(g, "ll_pp")]))
+                    for d in depths(1):
                         test = f"tg{args.n_gen}" + (f" @ d{d}" if d else "")
                         results.append((th, label, test, s[(label, f"tl_tg{d}")], s[(g, f"ll_tg{d}")]))
             if peer:

@@ -248,6 +248,13 @@ int main() {
     return 0;
   }
   // TINYLOOP_BENCH_ATTENTION_ONLY=1: only attention, contiguous against paged KV.
+  // TINYLOOP_BENCH_PREFILL_SHAPES=1: F16 prefill through every projection shape of the
+  // benchmark model (dim 768, ffn 2048): q/k/v/o, gate/up, down.
+  if (std::getenv("TINYLOOP_BENCH_PREFILL_SHAPES")) {
+    for (auto [K, N] : {std::pair<int64_t, int64_t>{768, 768}, {768, 2048}, {2048, 768}})
+      matmul_case("prefill", 512, K, N, DType::F16, 3);
+    return 0;
+  }
   if (std::getenv("TINYLOOP_BENCH_ATTENTION_ONLY")) {
     for (int64_t ctx : {512, 2048, 8192}) attention_case(1, ctx, 50);
     // Prefill pieces: 512 rows (LoopedModel::kPrefillChunk) at the end of a 512-4096 context.
