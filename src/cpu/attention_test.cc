@@ -63,6 +63,34 @@ struct Slot {
   }
 };
 
+// The rows of a slot (all `cap` of them) copied into head-major blocks of B rows ([n_kv, B,
+// hd] each, the KV cache's order, kv_pool.h); `view` reads them (B must divide cap).
+struct HeadMajorCopy {
+  std::vector<char> k, v;  // the blocks, back to back
+  std::vector<ops::KvBlock> table;
+  ops::KvView view;
+  HeadMajorCopy(Slot& s, int64_t B) {
+    const int64_t esz = s.dtype == ops::KvDType::F32 ? 4 : 2, n_kv = s.n_kv, hd = s.hd, cap = s.capacity;
+    k.resize(size_t(cap * n_kv * hd * esz));
+    v.resize(k.size());
+    for (int64_t b = 0; b < cap / B; ++b)
+      table.push_back({k.data() + b * B * n_kv * hd * esz, v.data() + b * B * n_kv * hd * esz, nullptr, nullptr});
+    view = s.view();
+    view.k = view.v = nullptr;
+    view.block_rows = B;
+    view.blocks = table.data();
+    view.head_major = true;
+    for (int64_t r = 0; r < cap; ++r)
+      for (int64_t g = 0; g < n_kv; ++g) {
+        const int64_t from = (r * n_kv + g) * hd * esz, to = view.index(r % B, g) * hd * esz;
+        std::memcpy(static_cast<char*>(table[size_t(r / B)].k) + to, static_cast<char*>(s.k()) + from,
+                    size_t(hd * esz));
+        std::memcpy(static_cast<char*>(table[size_t(r / B)].v) + to, static_cast<char*>(s.v()) + from,
+                    size_t(hd * esz));
+      }
+  }
+};
+
 // Query rows for positions q_pos, windows [k_lo, q_pos].
 struct Queries {
   std::vector<float> q;  // [T, n_heads, hd]
@@ -246,32 +274,13 @@ TEST_P(CpuAttention, KeyBlocksAnyRowGroupingBitIdentical) {
           expect_close(s, n_heads, qs);
           std::vector<float> all(size_t(T * row), NAN);
           cpu::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), all.data());
-          // The same rows in head-major blocks of 48 ([n_kv, 48, hd] each, the KV cache's order).
-          const int64_t B = 48, esz = GetParam() == ops::KvDType::F32 ? 4 : 2;
-          std::vector<char> hk(size_t(c.cap * n_kv * hd * esz)), hv(hk.size());
-          std::vector<ops::KvBlock> table;
-          for (int64_t b = 0; b < c.cap / B; ++b)
-            table.push_back(
-                {hk.data() + b * B * n_kv * hd * esz, hv.data() + b * B * n_kv * hd * esz, nullptr, nullptr});
-          ops::KvView paged = s.view();
-          paged.k = paged.v = nullptr;
-          paged.block_rows = B;
-          paged.blocks = table.data();
-          paged.head_major = true;
-          for (int64_t r = 0; r < c.cap; ++r)
-            for (int64_t g = 0; g < n_kv; ++g) {
-              const int64_t from = (r * n_kv + g) * hd * esz, to = paged.index(r % B, g) * hd * esz;
-              std::memcpy(static_cast<char*>(table[size_t(r / B)].k) + to, static_cast<char*>(s.k()) + from,
-                          size_t(hd * esz));
-              std::memcpy(static_cast<char*>(table[size_t(r / B)].v) + to, static_cast<char*>(s.v()) + from,
-                          size_t(hd * esz));
-            }
+          const HeadMajorCopy paged(s, 48);  // block ends not on key-block ends
           for (int64_t chunk : {1, 16, 17, 40}) {
             std::vector<float> parts(all.size(), NAN);
             for (int64_t t0 = 0; t0 < T; t0 += chunk) {
               const int64_t n = std::min(chunk, T - t0);
-              cpu::attention(qs.q.data() + t0 * row, n, n_heads, chunk == 17 ? paged : s.view(), &qs.q_pos[size_t(t0)],
-                             &qs.k_lo[size_t(t0)], parts.data() + t0 * row);
+              cpu::attention(qs.q.data() + t0 * row, n, n_heads, chunk == 17 ? paged.view : s.view(),
+                             &qs.q_pos[size_t(t0)], &qs.k_lo[size_t(t0)], parts.data() + t0 * row);
             }
             for (size_t i = 0; i < all.size(); ++i)
               ASSERT_EQ(std::bit_cast<uint32_t>(parts[i]), std::bit_cast<uint32_t>(all[i]))
@@ -307,23 +316,8 @@ TEST_P(CpuAttention, PagedBitIdenticalToContiguous) {
           paged.k = paged.v = nullptr;
           paged.block_rows = B;
           paged.blocks = table.data();
-          // The same rows in head-major blocks ([n_kv, B, hd] each, the KV cache's order).
-          std::vector<char> hk(size_t(cap * n_kv * hd * esz)), hv(hk.size());
-          std::vector<ops::KvBlock> htable;
-          for (int64_t b = 0; b < cap / B; ++b)
-            htable.push_back(
-                {hk.data() + b * B * n_kv * hd * esz, hv.data() + b * B * n_kv * hd * esz, nullptr, nullptr});
-          ops::KvView paged_hm = paged;
-          paged_hm.blocks = htable.data();
-          paged_hm.head_major = true;
-          for (int64_t r = 0; r < cap; ++r)
-            for (int64_t g = 0; g < n_kv; ++g) {
-              const int64_t from = (r * n_kv + g) * hd * esz, to = paged_hm.index(r % B, g) * hd * esz;
-              std::memcpy(static_cast<char*>(htable[size_t(r / B)].k) + to, static_cast<char*>(whole.k()) + from,
-                          size_t(hd * esz));
-              std::memcpy(static_cast<char*>(htable[size_t(r / B)].v) + to, static_cast<char*>(whole.v()) + from,
-                          size_t(hd * esz));
-            }
+          const HeadMajorCopy hm(whole, B);  // the same rows in head-major blocks
+          const ops::KvView& paged_hm = hm.view;
           for (int64_t window : {0, 5}) {
             const Queries qs = causal_chunk(30, 7, n_heads, hd, window, seed + 1);
             const int64_t T = qs.T();
