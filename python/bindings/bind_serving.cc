@@ -507,7 +507,7 @@ Engine(model, *, kv_budget_mb=1024, kv_block_size=32, max_num_seqs=64, max_batch
        prefill_chunk=256, max_queue=4096, prefix_caching=True)
   model: a tl.Model (its weights and settings are shared, nothing is copied) or a path
     (opened with the Model defaults).
-  kv_budget_mb: the KV pool, allocated at start; requests wait (and the latest may be
+  kv_budget_mb: the KV pool, allocated (and resident) at start; requests wait (and the latest may be
     preempted and recomputed) when it is full.
   kv_block_size: positions per KV block. max_num_seqs: requests running at once.
   max_batch_tokens: rows per forward step (decode rows + prompt chunk rows).

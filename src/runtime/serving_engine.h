@@ -26,7 +26,7 @@
 namespace tinyloop::runtime {
 
 struct ServingOptions {
-  double kv_budget_mb = 1024;  // the KV pool, allocated at start
+  double kv_budget_mb = 1024;  // the KV pool, allocated (and made resident) at start
   int64_t kv_block_size = model::kDefaultBlockRows;  // positions per KV block
   int64_t max_num_seqs = 64;  // sequences running at once
   int64_t max_batch_tokens = 512;  // rows per step
