@@ -258,7 +258,8 @@ def main(argv=None) -> int:
             if Llama is not None:
                 for *_, g in configs:
                     if g not in llms:
-                        llms[g] = Llama(g, n_ctx=n_ctx, n_batch=max(args.n_prompt, 512), n_ubatch=max(args.n_prompt, 512),
+                        batch = max(args.n_prompt, 512)  # one batch for the pp prompt
+                        llms[g] = Llama(g, n_ctx=n_ctx, n_batch=batch, n_ubatch=batch,
                                         n_threads=th, n_threads_batch=th, verbose=False)
             if peer:
                 peer.set_threads(th)
