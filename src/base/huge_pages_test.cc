@@ -1,5 +1,6 @@
-// alloc_huge_pages: alignment, sizes, and that a buffer of 2 MiB or more is resident when it
-// is returned (huge_pages.h: faulted in at allocation, so no decode step waits for it).
+// alloc_huge_pages: a buffer of 2 MiB or more is resident when it is returned (huge_pages.h:
+// faulted in at allocation, so no decode step waits for it). Alignment, sizes and sizes that
+// cannot exist: kv_cache_test (HugePages.AlignmentAndSizes) and limits_test.
 #include "base/huge_pages.h"
 
 #include <gtest/gtest.h>
@@ -7,7 +8,7 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <new>
+#include <utility>
 #include <vector>
 
 namespace tinyloop {
@@ -23,7 +24,7 @@ std::pair<size_t, size_t> resident_pages(const uint8_t* p, size_t bytes) {
   return {n, in.size()};
 }
 
-TEST(HugePages, LargeBufferIsAlignedAndResident) {
+TEST(HugePages, LargeBufferIsResident) {
   for (size_t bytes : {size_t(2) << 20, (size_t(5) << 20) + 123}) {
     HugeBytes b = alloc_huge_pages(bytes);
     ASSERT_TRUE(b);
@@ -32,18 +33,6 @@ TEST(HugePages, LargeBufferIsAlignedAndResident) {
     EXPECT_EQ(resident, pages) << bytes << " bytes: " << pages - resident << " pages not faulted in";
     b[bytes - 1] = 1;  // the whole size is usable
   }
-}
-
-TEST(HugePages, SmallBufferIsLineAligned) {
-  HugeBytes b = alloc_huge_pages(1000);
-  ASSERT_TRUE(b);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.get()) % 64, 0u);
-  EXPECT_TRUE(alloc_huge_pages(0));  // a valid, empty buffer
-}
-
-TEST(HugePages, ImpossibleSizeIsBadAlloc) {
-  EXPECT_THROW(alloc_huge_pages(SIZE_MAX - 10), std::bad_alloc);
-  EXPECT_THROW(alloc_huge_pages(size_t(1) << 50), std::bad_alloc);
 }
 
 }  // namespace
