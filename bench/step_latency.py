@@ -20,8 +20,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
-
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(_HERE, "..", "python"))
 
@@ -82,7 +80,7 @@ def main(argv=None) -> int:
                 arrivals.append(time.perf_counter())
                 return True
 
-            prompt = np.random.default_rng(rep).integers(3, vocab, size=n, dtype=np.int32)
+            prompt = bench._prompt(n, vocab, rep)
             model.generate_stream(prompt, on_token, max_tokens=args.n_gen, loops=args.loops, temperature=0.0,
                                   stop_at_eos=False)
             runs.append(step_gaps(arrivals))

@@ -440,23 +440,14 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
   }
   for (int64_t i = n_it; i < n_it + 3; ++i) it[i] = {nullptr, nullptr, nullptr, 1, 0, ninf, 0.f, 0.f, false};
 
-  thread_local std::vector<Seg<KT>> seg, bseg;  // runs of the union, of one key block
+  thread_local std::vector<Seg<KT>> seg, bseg;  // runs of the union (for the prefetch cursors), of one key block
   SplitRange(a.kv, g, ulo, uhi, seg);
   const int64_t n_seg = int64_t(seg.size());
   const float scale = float(1.0 / std::sqrt(double(hd)));
   Ahead<KT> kahead(seg.data(), n_seg), vahead = kahead;  // prefetch cursors of the K and V walks
-  int64_t s0 = 0;  // the first run that reaches the block
   for (int64_t bs = ulo; bs <= uhi;) {
     const int64_t be = std::min(uhi, (bs / detail::kKeyBlock + 1) * detail::kKeyBlock - 1);  // block bs .. be
-    while (seg[size_t(s0)].lo + seg[size_t(s0)].n <= bs) ++s0;
-    bseg.clear();
-    for (int64_t j = s0; j < n_seg && seg[size_t(j)].lo <= be; ++j) {
-      Seg<KT> c = seg[size_t(j)];  // clipped to the block (rows follow from positions)
-      const int64_t lo = std::max(c.lo, bs), hi = std::min(c.lo + c.n - 1, be);
-      c.lo = lo;
-      c.n = hi - lo + 1;
-      bseg.push_back(c);
-    }
+    SplitRange(a.kv, g, bs, be, bseg);
     const int64_t n_bseg = int64_t(bseg.size());
 
     // Scores: one pass over the block's K rows, each row used by every item.
