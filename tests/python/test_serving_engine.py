@@ -133,17 +133,24 @@ def test_handle_iterates_tokens_and_reports():
 def test_cancel_timeout_queue_and_close():
     with tl.Model(BUNDLED) as model:
         eng = tl.Engine(model, kv_budget_mb=32, max_num_seqs=1, max_queue=2)
-        long = eng.submit([1, 2, 3], max_tokens=250, stop_at_eos=False)
+        # The only seat, held for long enough (32 loops a token: ~0.5 s) that nothing below
+        # races its end.
+        long = eng.submit([1, 2, 3], max_tokens=250, loops=32, stop_at_eos=False)
         next(iter(long))  # running
+        # Expires in the queue behind it. Waited for here, before the queue is filled: the
+        # scheduler drops it at any step after its deadline, so a full-queue check that
+        # counted it raced that step (it failed once on a loaded machine).
         waiting = eng.submit([4, 5], max_tokens=5, timeout=0.001)
+        assert waiting.result(timeout=30).finish_reason == "timeout"
         queued = eng.submit([6], max_tokens=5)
+        queued2 = eng.submit([7], max_tokens=5)
         with pytest.raises(tl.QueueFull, match="queue is full"):
-            eng.submit([7], max_tokens=5)
+            eng.submit([9], max_tokens=5)
         long.cancel()
         out = long.result(timeout=30)
         assert out.finish_reason == "cancelled" and len(out.tokens) < 250
-        assert waiting.result(timeout=30).finish_reason == "timeout"
         assert queued.result(timeout=30).finish_reason == "length"
+        assert queued2.result(timeout=30).finish_reason == "length"
         with pytest.raises(TimeoutError):
             eng.submit([8], max_tokens=240, stop_at_eos=False).result(timeout=0.0)
         eng.close()
