@@ -143,6 +143,7 @@ def llama_tg(llm, n: int, vocab: int, rep: int, depth: int = 0) -> float:
 
 
 GGML_FOR = {"int8": "Q8_0", "int4": "Q4_0"}  # the llama.cpp type each TinyLoop weight type is compared with
+KV_FOR = {"fp16": "f16", "int8": "q8_0"}  # the llama.cpp K/V cache type each TinyLoop kv_mode is compared with
 
 
 def quantized_pair(src_path: str, weight_dtype: str, loops: int, cache_dir: str) -> tuple[str, str]:
@@ -200,6 +201,13 @@ def main(argv=None) -> int:
     ap.add_argument("--fp16-body", action="store_true",
                     help="also run the F16 model with the reduced-precision loop body (fp16_body=True: "
                          "bf16 dot products) against the same llama.cpp F16 GGUF")
+    ap.add_argument("--kv-mode", type=bench._strs, default=["fp16"],
+                    help="TinyLoop K/V storage (kv_mode), comma-separated: fp16 (against llama.cpp's F16 "
+                         "cache), int8 (against its q8_0 cache, which needs flash attention: on for "
+                         "those rows) (default fp16)")
+    ap.add_argument("--llama-flash-attn", choices=("off", "on"), default="off",
+                    help="llama.cpp flash attention (off: llama-cpp-python's default; llama-cli and "
+                         "llama-server default to auto, which is on for the CPU backend)")
     ap.add_argument("--torch", action="store_true",
                     help="also run transformers on PyTorch CPU, eager (bench/torch_peer.py)")
     ap.add_argument("--torch-dtype", type=bench._strs, default=["f32"],
@@ -212,11 +220,15 @@ def main(argv=None) -> int:
     for qa in args.quant_activations:
         if qa not in ("q8", "f32"):
             ap.error(f"--quant-activations {qa!r}: expected q8 or f32")
+    for kv in args.kv_mode:
+        if kv not in KV_FOR:
+            ap.error(f"--kv-mode {kv!r}: expected fp16 or int8")
     if args.n_prompt < 0 or args.n_gen < 0 or (args.n_prompt == 0 and args.n_gen == 0):
         ap.error(f"-p and -n must be >= 0 and not both 0, got -p {args.n_prompt} -n {args.n_gen}")
 
     import tinyloop_py as tl
     try:
+        import llama_cpp
         from llama_cpp import Llama
     except ImportError:
         if not args.torch:
@@ -227,8 +239,9 @@ def main(argv=None) -> int:
     cache_dir = bench.bench_dir(args.cache_dir)
     path = args.model or bench.bench_model_path("f16", args.cache_dir)
     loops = args.loops or read_header_loops(path)
-    # configs: (label, TinyLoop file, Model kwargs, GGUF file); one llama.cpp model per GGUF.
-    configs = []
+    # configs: (label, TinyLoop file, Model kwargs, llama.cpp peer); a peer is (GGUF file, K/V
+    # type, flash attention), one llama.cpp context each.
+    base = []  # (label, TinyLoop file, Model kwargs, GGUF file) per weight type
     for wd in args.weight_dtype:
         if wd == "f16":
             gguf_path = os.path.splitext(path)[0] + f"-unrolled-L{loops}-f16.gguf"
@@ -236,14 +249,22 @@ def main(argv=None) -> int:
                 print(f"(writing {gguf_path})", file=sys.stderr)
                 unrolled_gguf(path, loops, gguf_path + ".tmp")
                 os.replace(gguf_path + ".tmp", gguf_path)
-            configs.append(("F16 / F16", path, {}, gguf_path))
+            base.append(("F16 / F16", path, {}, gguf_path))
             if args.fp16_body:
-                configs.append(("F16 bf16 body / F16", path, {"fp16_body": True}, gguf_path))
+                base.append(("F16 bf16 body / F16", path, {"fp16_body": True}, gguf_path))
             continue
         src = args.model or bench.bench_model_path("f32", args.cache_dir)
         tl_path, gguf_path = quantized_pair(src, wd, loops, cache_dir)
         for qa in args.quant_activations:
-            configs.append((f"{wd} {qa} / {GGML_FOR[wd]}", tl_path, {"quant_activations": qa}, gguf_path))
+            base.append((f"{wd} {qa} / {GGML_FOR[wd]}", tl_path, {"quant_activations": qa}, gguf_path))
+    configs = []
+    for kv in args.kv_mode:
+        # llama.cpp stores a q8_0 V cache only with flash attention on.
+        fa = args.llama_flash_attn == "on" or kv == "int8"
+        suffix = "" if kv == "fp16" and len(args.kv_mode) == 1 else f", KV {kv} / {KV_FOR[kv]}"
+        suffix += " (llama.cpp FA)" if fa and args.llama_flash_attn == "off" else ""
+        for label, p, kw, g in base:
+            configs.append((label + suffix, p, {**kw, "kv_mode": kv}, (g, KV_FOR[kv], fa)))
 
     n_ctx = max(args.n_prompt, max(args.depth)) + args.n_gen + 8
     results = []  # (threads, config label, test, tinyloop samples, llama samples)
@@ -259,8 +280,11 @@ def main(argv=None) -> int:
                 for *_, g in configs:
                     if g not in llms:
                         batch = max(args.n_prompt, 512)  # one batch for the pp prompt
-                        llms[g] = Llama(g, n_ctx=n_ctx, n_batch=batch, n_ubatch=batch,
-                                        n_threads=th, n_threads_batch=th, verbose=False)
+                        gguf_path, kv_type, fa = g
+                        t = getattr(llama_cpp, f"GGML_TYPE_{kv_type.upper()}")
+                        llms[g] = Llama(gguf_path, n_ctx=n_ctx, n_batch=batch, n_ubatch=batch,
+                                        n_threads=th, n_threads_batch=th, type_k=t, type_v=t,
+                                        flash_attn=fa, verbose=False)
             if peer:
                 peer.set_threads(th)
             s = {}

@@ -179,32 +179,42 @@ void attention_case(int64_t T, int64_t ctx, int reps) {
 // positions each (the bench model at L = 8 has 18 layer applications, each with its own
 // slot), blocks of 32 rows on huge pages in shuffled order, position-major blocks ([rows,
 // heads, hd], the cache before 2026-12-03) against head-major ones ([heads, rows, hd], each
-// head's rows one stream). Every call reads all slots' K and V once: the rate is KV GB/s.
-void decode_slots_case(int64_t ctx, int64_t slots, int reps) {
+// head's rows one stream), F16 or I8 (ops/kv_quant.h: int8 rows, a float scale per row and
+// kv head). Every call reads all slots' K and V once: the rate is KV GB/s.
+void decode_slots_case(int64_t ctx, int64_t slots, int reps, ops::KvDType dt = ops::KvDType::F16) {
   const int64_t H = 12, hd = 64, B = 32, nb = (ctx + B - 1) / B, row = H * hd;
+  const bool i8 = dt == ops::KvDType::I8;
+  const int64_t esz = i8 ? 1 : 2;  // bytes per element
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> d(-1.f, 1.f);
-  const size_t block_elems = size_t(2 * B * row);  // K then V, uint16
-  HugeBytes arena = alloc_huge_pages(size_t(slots * nb) * block_elems * 2);
-  auto* base = reinterpret_cast<uint16_t*>(arena.get());
-  for (size_t i = 0; i < size_t(slots * nb) * block_elems; ++i) base[i] = ops::f32_to_f16(d(rng));
-  std::vector<int64_t> order(static_cast<size_t>(slots * nb));
+  const size_t block_bytes = size_t(2 * B * row * esz);  // K then V
+  const size_t n_blocks = size_t(slots * nb);
+  HugeBytes arena = alloc_huge_pages(n_blocks * block_bytes);
+  std::vector<float> scales(n_blocks * size_t(2 * B * H));  // [blocks, K then V, B * H] (I8 only)
+  for (size_t i = 0; i < n_blocks * block_bytes / size_t(esz); ++i) {
+    if (i8) reinterpret_cast<int8_t*>(arena.get())[i] = int8_t(int(rng() % 255) - 127);
+    else reinterpret_cast<uint16_t*>(arena.get())[i] = ops::f32_to_f16(d(rng));
+  }
+  for (auto& e : scales) e = 0.01f + 0.001f * d(rng);
+  std::vector<int64_t> order(n_blocks);
   for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
   std::shuffle(order.begin(), order.end(), rng);
   std::vector<ops::KvBlock> table(order.size());  // [slots, nb]
   for (size_t i = 0; i < order.size(); ++i) {
-    uint16_t* b = base + size_t(order[i]) * block_elems;
-    table[i] = {b, b + B * row, nullptr, nullptr};
+    uint8_t* b = arena.get() + size_t(order[i]) * block_bytes;
+    float* sc = scales.data() + size_t(order[i]) * size_t(2 * B * H);
+    table[i] = {b, b + B * row * esz, i8 ? sc : nullptr, i8 ? sc + B * H : nullptr};
   }
   std::vector<float> q(size_t(H * hd)), out(q.size());  // [1, H, hd]
   for (auto& e : q) e = d(rng);
   const int64_t q_pos = ctx - 1, k_lo = 0;
-  const double bytes = double(slots) * double(ctx) * double(row) * 2 * 2;  // K + V, F16
+  // K + V bytes (I8: and their scales)
+  const double bytes = double(slots) * double(ctx) * (double(row) * double(esz) + (i8 ? 4.0 * double(H) : 0.0)) * 2;
   for (bool hm : {false, true}) {
     std::vector<ops::KvView> views(static_cast<size_t>(slots));
     for (int64_t s = 0; s < slots; ++s) {
       ops::KvView& v = views[size_t(s)];
-      v.dtype = ops::KvDType::F16;
+      v.dtype = dt;
       v.capacity = nb * B;
       v.n_kv_heads = H;
       v.head_dim = hd;
@@ -218,10 +228,10 @@ void decode_slots_case(int64_t ctx, int64_t slots, int reps) {
         },
         reps);
     std::printf(
-        "decode attention %lld slots x %-5lld positions, F16 KV, %-13s %8.3f ms  %6.1f GB/s KV"
+        "decode attention %lld slots x %-5lld positions, %s KV, %-13s %8.3f ms  %6.1f GB/s KV"
         "  | per CPU-s: %6.1f GB/s\n",
-        (long long)slots, (long long)ctx, hm ? "head-major" : "position-major", wall * 1e3, bytes / wall / 1e9,
-        bytes / cpu / 1e9);
+        (long long)slots, (long long)ctx, i8 ? "I8 " : "F16", hm ? "head-major" : "position-major", wall * 1e3,
+        bytes / wall / 1e9, bytes / cpu / 1e9);
   }
 }
 
@@ -245,6 +255,7 @@ int main() {
   // TINYLOOP_BENCH_DECODE_SLOTS=1: only long-context decode attention over 18 slots.
   if (std::getenv("TINYLOOP_BENCH_DECODE_SLOTS")) {
     for (int64_t ctx : {512, 2048, 4096, 8192}) decode_slots_case(ctx, 18, ctx <= 2048 ? 20 : 8);
+    for (int64_t ctx : {2048, 4096, 8192}) decode_slots_case(ctx, 18, ctx <= 2048 ? 20 : 8, ops::KvDType::I8);
     return 0;
   }
   // TINYLOOP_BENCH_ATTENTION_ONLY=1: only attention, contiguous against paged KV.

@@ -192,32 +192,51 @@ HWY_INLINE void StoreScores4(DF df, V a0, V a1, V a2, V a3, const float* f, floa
 // positions, 1 thread, benchmark model (Xeon, 2026-12-01): F16 22.5 t/s without, 26.7 at
 // 16 keys ahead, 28.0 at 48, 24.3 at 96; int4 q8 43.6 / 50.9 / 53.8 / 49.9.
 constexpr int64_t kPrefetchKeys = 48;
+// The distance per storage type: the same bytes as 48 F16 rows (96 INT8 rows, 24 F32 ones).
+// INT8 rows are half as long, so at 48 rows ahead they were fetched too late: 18 slots x
+// 4096 head-major INT8 rows, one Zen 5 core, 8.8 ms at 48 keys without the scales'
+// prefetch (the same time as F16's twice larger rows), 6.7-6.9 ms at 96 with it; 128 and
+// 192 no faster (cpu_kernels_bench, TINYLOOP_BENCH_DECODE_SLOTS=1, 2026-12-03).
+template <typename KT>
+inline constexpr int64_t kAheadKeys = kPrefetchKeys * 2 / int64_t(sizeof(KT));
 
-// A cursor kPrefetchKeys positions ahead of the walk over a window's runs: it follows the
+// A cursor kAheadKeys positions ahead of the walk over a window's runs: it follows the
 // walk across block boundaries, so paged slots prefetch as far ahead as contiguous ones, and
 // it stops at the window's end (nothing outside the window is touched).
 template <typename KT>
 struct Ahead {
   const Seg<KT>* seg;
-  int64_t n_seg, j = 0, off = kPrefetchKeys;  // position seg[j].lo + off
-  Ahead(const Seg<KT>* s, int64_t n) : seg(s), n_seg(n) {
-    while (j < n_seg && off >= seg[j].n) off -= seg[j++].n;
-  }
-  // Prefetches [n] elements from element `from` of the head's K (keys) or V row.
+  int64_t n_seg, j = 0, off = kAheadKeys<KT>;  // position seg[j].lo + off
+  int64_t r = 0;  // its ring row, (seg[j].lo + off) % seg[j].cap, kept without a division a key
+  Ahead(const Seg<KT>* s, int64_t n) : seg(s), n_seg(n) { settle(); }
+  // Prefetches [n] elements from element `from` of the head's K (keys) or V row (INT8: and
+  // the row's scale, a separate stream).
   HWY_INLINE void fetch(bool keys, int64_t from, int64_t n) const {
     if (j >= n_seg) return;
     const Seg<KT>& s = seg[j];
-    const int64_t r = (s.lo + off) % s.cap;
     const char* p = reinterpret_cast<const char*>((keys ? s.k : s.v) + r * s.rs + from);
     for (int64_t b = 0; b < n * int64_t(sizeof(KT)); b += 64) hwy::Prefetch(p + b);
+    if constexpr (kScaled<KT>) hwy::Prefetch((keys ? s.ks : s.vs) + r * s.ss);
   }
   HWY_INLINE void next() {
-    if (j < n_seg && ++off == seg[j].n) off = 0, ++j;
+    if (j >= n_seg) return;
+    if (++off == seg[j].n) {
+      off = 0, ++j;
+      if (j < n_seg) r = seg[j].lo % seg[j].cap;
+    } else if (++r == seg[j].cap) {
+      r = 0;
+    }
   }
   // Moves the cursor n positions on (past a key block another cursor walked).
   void skip(int64_t n) {
     off += n;
+    settle();
+  }
+
+ private:
+  void settle() {
     while (j < n_seg && off >= seg[j].n) off -= seg[j++].n;
+    if (j < n_seg) r = (seg[j].lo + off) % seg[j].cap;
   }
 };
 
