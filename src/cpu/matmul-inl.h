@@ -95,10 +95,17 @@ HWY_INLINE void DotTile(const float* const* HWY_RESTRICT x, const WT* const* HWY
     TINYLOOP_TILE_COLUMN(2, LoadF32Tail(df, w[2] + k, rem))
     TINYLOOP_TILE_COLUMN(3, LoadF32Tail(df, w[3] + k, rem))
   }
-  TINYLOOP_TILE_OUT(0, 0) TINYLOOP_TILE_OUT(0, 1) TINYLOOP_TILE_OUT(0, 2) TINYLOOP_TILE_OUT(0, 3)
-  TINYLOOP_TILE_OUT(1, 0) TINYLOOP_TILE_OUT(1, 1) TINYLOOP_TILE_OUT(1, 2) TINYLOOP_TILE_OUT(1, 3)
-  TINYLOOP_TILE_OUT(2, 0) TINYLOOP_TILE_OUT(2, 1) TINYLOOP_TILE_OUT(2, 2) TINYLOOP_TILE_OUT(2, 3)
-  TINYLOOP_TILE_OUT(3, 0) TINYLOOP_TILE_OUT(3, 1) TINYLOOP_TILE_OUT(3, 2) TINYLOOP_TILE_OUT(3, 3)
+  if constexpr (NR == 4) {  // a row's four outputs reduced together (same bits, fewer shuffles)
+    ReduceSum4F32(df, a00, a01, a02, a03, out);
+    if constexpr (MR > 1) ReduceSum4F32(df, a10, a11, a12, a13, out + 4);
+    if constexpr (MR > 2) ReduceSum4F32(df, a20, a21, a22, a23, out + 8);
+    if constexpr (MR > 3) ReduceSum4F32(df, a30, a31, a32, a33, out + 12);
+  } else {
+    TINYLOOP_TILE_OUT(0, 0) TINYLOOP_TILE_OUT(0, 1) TINYLOOP_TILE_OUT(0, 2) TINYLOOP_TILE_OUT(0, 3)
+    TINYLOOP_TILE_OUT(1, 0) TINYLOOP_TILE_OUT(1, 1) TINYLOOP_TILE_OUT(1, 2) TINYLOOP_TILE_OUT(1, 3)
+    TINYLOOP_TILE_OUT(2, 0) TINYLOOP_TILE_OUT(2, 1) TINYLOOP_TILE_OUT(2, 2) TINYLOOP_TILE_OUT(2, 3)
+    TINYLOOP_TILE_OUT(3, 0) TINYLOOP_TILE_OUT(3, 1) TINYLOOP_TILE_OUT(3, 2) TINYLOOP_TILE_OUT(3, 3)
+  }
 }
 #undef TINYLOOP_TILE_COLUMN
 #undef TINYLOOP_TILE_OUT
