@@ -208,6 +208,15 @@ inline constexpr int64_t kAheadKeys = kPrefetchKeys * 2 / int64_t(sizeof(KT));
 template <typename KT>
 inline constexpr bool kVWithK = kScaled<KT>;
 
+// Prefetches [n] elements at row (a K or V row of kv head g) and, for INT8, the row's scale
+// scales[i] (a separate stream).
+template <typename KT>
+HWY_INLINE void PrefetchRow(const KT* row, int64_t n, const float* scales, int64_t i) {
+  const char* p = reinterpret_cast<const char*>(row);
+  for (int64_t b = 0; b < n * int64_t(sizeof(KT)); b += 64) hwy::Prefetch(p + b);
+  if constexpr (kScaled<KT>) hwy::Prefetch(scales + i);
+}
+
 // A cursor kAheadKeys positions ahead of the walk over a window's runs: it follows the
 // walk across block boundaries, so paged slots prefetch as far ahead as contiguous ones, and
 // it stops at the window's end (nothing outside the window is touched).
@@ -215,36 +224,21 @@ template <typename KT>
 struct Ahead {
   const Seg<KT>* seg;
   int64_t n_seg, j = 0, off = kAheadKeys<KT>;  // position seg[j].lo + off
-  int64_t r = 0;  // its ring row, (seg[j].lo + off) % seg[j].cap, kept without a division a key
-  Ahead(const Seg<KT>* s, int64_t n) : seg(s), n_seg(n) { settle(); }
-  // Prefetches [n] elements from element `from` of the head's K (keys) or V row (INT8: and
-  // the row's scale, a separate stream).
+  Ahead(const Seg<KT>* s, int64_t n) : seg(s), n_seg(n) { skip(0); }
+  // Prefetches [n] elements from element `from` of the head's K (keys) or V row.
   HWY_INLINE void fetch(bool keys, int64_t from, int64_t n) const {
     if (j >= n_seg) return;
     const Seg<KT>& s = seg[j];
-    const char* p = reinterpret_cast<const char*>((keys ? s.k : s.v) + r * s.rs + from);
-    for (int64_t b = 0; b < n * int64_t(sizeof(KT)); b += 64) hwy::Prefetch(p + b);
-    if constexpr (kScaled<KT>) hwy::Prefetch((keys ? s.ks : s.vs) + r * s.ss);
+    const int64_t r = (s.lo + off) % s.cap;
+    PrefetchRow((keys ? s.k : s.v) + r * s.rs + from, n, keys ? s.ks : s.vs, r * s.ss);
   }
   HWY_INLINE void next() {
-    if (j >= n_seg) return;
-    if (++off == seg[j].n) {
-      off = 0, ++j;
-      if (j < n_seg) r = seg[j].lo % seg[j].cap;
-    } else if (++r == seg[j].cap) {
-      r = 0;
-    }
+    if (j < n_seg && ++off == seg[j].n) off = 0, ++j;
   }
   // Moves the cursor n positions on (past a key block another cursor walked).
   void skip(int64_t n) {
     off += n;
-    settle();
-  }
-
- private:
-  void settle() {
     while (j < n_seg && off >= seg[j].n) off -= seg[j++].n;
-    if (j < n_seg) r = (seg[j].lo + off) % seg[j].cap;
   }
 };
 
@@ -273,11 +267,8 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
       kr[k] = sg.k + r * sg.rs;
       ahead.fetch(true, 0, hd);
       ahead.next();
-      if constexpr (kVWithK<KT>) {  // this key's V row and scale, for the weighted-V pass that follows
-        for (int64_t b = 0; b < hd * int64_t(sizeof(KT)); b += 64)
-          hwy::Prefetch(reinterpret_cast<const char*>(sg.v + r * sg.rs) + b);
-        hwy::Prefetch(sg.vs + r * sg.ss);
-      }
+      // This key's V row (and scale), for the weighted-V pass that follows.
+      if constexpr (kVWithK<KT>) PrefetchRow(sg.v + r * sg.rs, hd, sg.vs, r * sg.ss);
       f[k] = scale;
       if constexpr (kScaled<KT>) f[k] = sg.ks[r * sg.ss] * scale;
       if (++r == sg.cap) r = 0;
@@ -544,7 +535,7 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
 #undef TL_PV
       }
     }
-    vahead.skip(be - bs + 1);
+    if constexpr (!kVWithK<KT>) vahead.skip(be - bs + 1);  // else the scores pass fetched V
     bs = be + 1;
   }
 
