@@ -73,6 +73,36 @@ void matmul_case(const char* what, int64_t T, int64_t K, int64_t N, DType dt, in
   }
 }
 
+// Decode through the benchmark model's loop block as a token does: one x row through the 7
+// projections of each of its 2 loop layers (28 MB of F16 weights), 8 iterations over the
+// same matrices. The block fits in a 32 MiB L3 only just, so this says how fast the loop
+// weights are re-read from cache rather than memory (the "decode" cases above are either
+// one small matrix or the head, streamed from memory).
+void loop_block_case(int reps) {
+  std::mt19937 rng(1);
+  const int64_t D = 768, F = 2048;
+  std::vector<Weight> ws;  // per layer: q, k, v, o [D, D], gate, up [F, D], down [D, F]
+  for (int layer = 0; layer < 2; ++layer) {
+    for (int i = 0; i < 4; ++i) ws.push_back(random_weight(D, D, DType::F16, rng));
+    for (int i = 0; i < 2; ++i) ws.push_back(random_weight(F, D, DType::F16, rng));
+    ws.push_back(random_weight(D, F, DType::F16, rng));
+  }
+  std::vector<float> x(size_t(F), 0.5f);  // [max(D, F)]
+  std::vector<float> y(x.size());  // [max(D, F)]
+  double bytes = 0;
+  for (const Weight& w : ws) bytes += double(w.view.rows * w.view.cols) * 2.0;
+  const auto [wall, cpu] = time_best(
+      [&] {
+        for (int it = 0; it < 8; ++it)
+          for (const Weight& w : ws) cpu::matmul(x.data(), 1, w.view, nullptr, y.data());
+      },
+      reps);
+  std::printf(
+      "matmul loop-block F16 T=1 2 layers x 7 (%.1f MB) x 8 iterations %8.3f ms  %6.1f GB/s weights"
+      "  | per CPU-s: %6.1f GB/s\n",
+      bytes / 1e6, wall * 1e3, 8 * bytes / wall / 1e9, 8 * bytes / cpu / 1e9);
+}
+
 // The reduced-precision matmul (ops/matmul_bf16dot.h) on the packed BF16 copy of a BF16
 // weight, AVX512-BF16 and portable kernels, beside the exact-f32 kernel on the same weight;
 // rounds of the three alternate, best of `reps` each.
@@ -250,6 +280,11 @@ int main() {
     for (int64_t T : {1, 4, 8, 16, 32, 64}) matmul_case("batch", T, 768, 2048, DType::F16, T <= 8 ? 50 : 20);
     // The head: 49 MB of F16 weights, streamed from memory every step.
     for (int64_t T : {1, 16, 64}) matmul_case("batch", T, 768, 32000, DType::F16, 5);
+    return 0;
+  }
+  // TINYLOOP_BENCH_LOOP_BLOCK=1: only the decode of the loop block (loop_block_case).
+  if (std::getenv("TINYLOOP_BENCH_LOOP_BLOCK")) {
+    loop_block_case(10);
     return 0;
   }
   // TINYLOOP_BENCH_DECODE_SLOTS=1: only long-context decode attention over 18 slots.

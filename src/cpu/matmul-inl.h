@@ -129,6 +129,63 @@ HWY_INLINE void XRows(const detail::MatmulArgs& a, int64_t t0, int64_t mt, const
   for (int i = 0; i < MR; ++i) xr[i] = a.x + (t0 + std::min<int64_t>(i, mt - 1)) * a.K;
 }
 
+// How far ahead of its read position the fused path prefetches weights. Measured on one
+// core of the EPYC Zen 5 (F16, K = 768, 2026-12-03): without it the row-by-row stream ran at
+// 44 GB/s from the L3 (a 28 MB loop block re-read) and 37 GB/s from memory; 8 KiB ahead gave
+// 58 / 48, 12-24 KiB 64 / 51, 32 KiB and more fell back (the prefetched lines are evicted
+// before use). 16 KiB is about what the memory system must have in flight at 40 GB/s and
+// ~400 ns latency.
+constexpr int64_t kFusedPrefetchBytes = 16384;
+
+// One weight row against MR rows of x (out[i] = dot(x_i, w), the per-element arithmetic at
+// the top: one accumulator per x row, vectors in k order, the tail zero-padded).
+// kPrefetch: also prefetches the weight bytes kFusedPrefetchBytes past each 64-byte step
+// (the caller checks they lie inside its range). The k loop goes a cache line of weights
+// a step (U vectors) so that there is one prefetch a line: a prefetch every vector of F16
+// measured 15-20 % slower on cache-resident rows (its extra instructions), one a line cost
+// nothing there.
+//   x   MR row pointers, each [K] float
+//   w   [K] of WT
+//   out [MR]
+template <int MR, bool kPrefetch, typename WT>
+HWY_INLINE void FusedDot(const float* const* HWY_RESTRICT x, const WT* HWY_RESTRICT w, size_t K,
+                         float* HWY_RESTRICT out) {
+  static_assert(MR >= 1 && MR <= 4, "up to 4 x rows");
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const size_t L = hn::Lanes(df);
+  // Vectors a cache line of weights spans (at least 1): 2 for F16 / BF16 on AVX-512.
+  constexpr size_t kU = std::max<size_t>(1, 64 / (hn::MaxLanes(hn::ScalableTag<float>()) * sizeof(WT)));
+  V a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
+  const auto step = [&](size_t k) HWY_ATTR {
+    const V wv = LoadF32(df, w + k);
+    a0 = hn::MulAdd(hn::LoadU(df, x[0] + k), wv, a0);
+    if constexpr (MR > 1) a1 = hn::MulAdd(hn::LoadU(df, x[1] + k), wv, a1);
+    if constexpr (MR > 2) a2 = hn::MulAdd(hn::LoadU(df, x[2] + k), wv, a2);
+    if constexpr (MR > 3) a3 = hn::MulAdd(hn::LoadU(df, x[3] + k), wv, a3);
+  };
+  size_t k = 0;
+  if (L * kU * sizeof(WT) <= 64) {  // always on x86 targets (L is MaxLanes there)
+    for (; k + kU * L <= K; k += kU * L) {
+      if constexpr (kPrefetch) hwy::Prefetch(reinterpret_cast<const char*>(w + k) + kFusedPrefetchBytes);
+      for (size_t u = 0; u < kU; ++u) step(k + u * L);
+    }
+  }
+  for (; k + L <= K; k += L) step(k);
+  if (k < K) {
+    const size_t rem = K - k;
+    const V wv = LoadF32Tail(df, w + k, rem);
+    a0 = hn::MulAdd(LoadF32Tail(df, x[0] + k, rem), wv, a0);
+    if constexpr (MR > 1) a1 = hn::MulAdd(LoadF32Tail(df, x[1] + k, rem), wv, a1);
+    if constexpr (MR > 2) a2 = hn::MulAdd(LoadF32Tail(df, x[2] + k, rem), wv, a2);
+    if constexpr (MR > 3) a3 = hn::MulAdd(LoadF32Tail(df, x[3] + k, rem), wv, a3);
+  }
+  out[0] = ReduceSumF32(df, a0);
+  if constexpr (MR > 1) out[1] = ReduceSumF32(df, a1);
+  if constexpr (MR > 2) out[2] = ReduceSumF32(df, a2);
+  if constexpr (MR > 3) out[3] = ReduceSumF32(df, a3);
+}
+
 // Fused path, MR rows of x (t0 .. t0+mt, mt <= MR) against weight rows [n0, n1), the
 // weights widened in registers: W is read once for these rows.
 // One weight row at a time, front to back, so the task's rows form one sequential stream:
@@ -137,19 +194,28 @@ HWY_INLINE void XRows(const detail::MatmulArgs& a, int64_t t0, int64_t mt, const
 // every few rows: on one core of the EPYC test machine a 98 MB F16 matrix-vector product
 // streamed at 19-26 GB/s row by row against 7-12 GB/s four rows at a time (software
 // prefetching 16 KiB ahead recovered only part of it), and the benchmark model's decode
-// matmuls went from ~22 to ~45 tokens/s. One chain per row is enough for memory speed (an
-// FMA per 4 cycles consumes 32 B of F16 weights: ~24 GB/s at 3 GHz), and out-of-order
-// execution overlaps consecutive rows.
+// matmuls went from ~22 to ~45 tokens/s. The one stream is software-prefetched
+// kFusedPrefetchBytes ahead (FusedDot) up to the matrix's last row, past the task's own
+// range: a task is only kStreamRows rows (matmul.cc), and stopping at its end left its
+// last third and the next task's first 16 KiB to the hardware prefetcher. One core of the
+// EPYC Zen 5 (2026-12-03), the benchmark model's loop block re-read from the L3
+// (`TINYLOOP_BENCH_LOOP_BLOCK=1 cpu_kernels_bench`): 37-38 GB/s without, 38-41 prefetching
+// inside the task, 47-48 to the matrix's end; 2 threads 75-78 -> 84 GB/s, where the next
+// task is often the other thread's (a line fetched twice costs less than a stall). Bytes
+// past the matrix are never prefetched: they are not the weights'.
 template <int MR, typename WT>
 HWY_NOINLINE void FusedRows(const detail::MatmulArgs& a, int64_t t0, int64_t mt, int64_t n0, int64_t n1) {
   const WT* w = static_cast<const WT*>(a.w);  // [N, K]
   const int64_t K = a.K;
   const float* xr[MR];
   XRows<MR>(a, t0, mt, xr);
+  // Rows n < n_pf prefetch bytes that lie inside W's N rows.
+  const int64_t row_bytes = K * int64_t(sizeof(WT));
+  const int64_t n_pf = a.N - std::min<int64_t>(a.N - n0, (kFusedPrefetchBytes + row_bytes - 1) / row_bytes + 1);
   for (int64_t n = n0; n < n1; ++n) {
-    const WT* wr[1] = {w + n * K};  // [K]
     float acc[MR];
-    DotTile<MR, 1, WT>(xr, wr, size_t(K), acc);
+    if (n < n_pf) FusedDot<MR, true, WT>(xr, w + n * K, size_t(K), acc);
+    else FusedDot<MR, false, WT>(xr, w + n * K, size_t(K), acc);
     StoreTile<1>(acc, mt, 1, a.bias, a.y, a.N, t0, n);
   }
 }

@@ -59,10 +59,18 @@ constexpr int64_t kGroupRows = 16;  // output rows interleaved in one cell
 constexpr int64_t kQuadBytes = 64;  // one quad of 16 rows: one zmm
 constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task: 2 groups (as matmul.cc)
 constexpr int64_t kTChunk = 64;  // x rows per pass over a task's cells
-// Decode prefetches this many cells ahead in each group's run. Engine tg128 int4, 1 thread:
-// none 175-198 t/s, 4 cells 197-215, 8-32 no better (Xeon, 2026-12-01): decode streams the
-// weights at the core's bandwidth (~22 GB/s), the prefetch only evens out the stream.
-constexpr int64_t kPrefetchCells = 4;
+// Decode prefetches this many bytes ahead in each group's run (into the next groups' runs
+// near its end). Engine tg128 int4, 1 thread, Xeon (2026-12-01): none 175-198 t/s, 4 cells
+// (1-2 KiB) 197-215, 8-32 cells no better: decode streamed the weights at that core's
+// bandwidth (~22 GB/s). A core of the EPYC Zen 5 reads ~40 GB/s from memory and more from
+// the L3 (the loop block's weights), and there 4 cells left it short: engine tg64, bench
+// model, 1 thread (2026-12-03), 4 cells / 8 / 16 / 24 / 32 KiB: int8 227-248 / 193-200 /
+// 260-269 / 245-262 / 243-250 t/s, int4 295-305 / 317-321 / 359-367 / 383-387 / 365-377.
+// At 2 threads the two were within the noise (int4, d0 and d4096, 4 alternating runs),
+// though near a task's end the prefetch reaches the next task, often the other thread's.
+// 16 KiB is the F16 fused path's distance too (matmul-inl.h kFusedPrefetchBytes). Past the
+// packed copy's end the addresses are only prefetched, never read (no fault on x86).
+constexpr int64_t kPrefetchBytes = 16384;
 
 // A cell: the weight bytes, then d_w [16] (and o_w [16] for int4) in the weight's own param
 // dtype (F16 stays F16: decode is bound by the bytes it streams, and the tile converts them
@@ -172,7 +180,7 @@ TL_VNNI inline __m512 load_params(const uint8_t* p) {
 
 // y[t0 .. t0 + MR, 16 g0 .. 16 (g0 + NG)] (rows past N not stored); PF16: F16 params.
 // prefetch: the cells come from memory (the first tile over them), prefetch them
-// kPrefetchCells ahead.
+// kPrefetchBytes ahead.
 template <int MR, int NG, bool INT4, bool PF16>
 TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t g0, bool prefetch) {
   constexpr int64_t kParamBytes = param_bytes(PF16);
@@ -189,7 +197,7 @@ TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t g0, bool prefetch) {
       const uint8_t* cell = run[g] + b * c.cb;
       if (prefetch) {  // the first tile's stream runs through each group's cells
         for (int64_t l = 0; l < c.cb; l += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(cell + kPrefetchCells * c.cb + l), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(cell + kPrefetchBytes + l), _MM_HINT_T0);
       }
       if constexpr (INT4) {
         for (int p = 0; p < 4; ++p) {
@@ -280,7 +288,7 @@ TL_AVX2 void tile_avx2(const Ctx& c, int64_t t0, int64_t g, bool prefetch) {
     const uint8_t* cell = run + b * c.cb;
     if (prefetch)
       for (int64_t l = 0; l < c.cb; l += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(cell + kPrefetchCells * c.cb + l), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(cell + kPrefetchBytes + l), _MM_HINT_T0);
     for (int h = 0; h < 2; ++h) {  // rows 8 h .. 8 h + 7
       __m256i wq[8];  // int4: the quads' nibbles (u8); int8: the signed weights
       if constexpr (INT4) {
