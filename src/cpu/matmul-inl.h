@@ -196,13 +196,14 @@ HWY_INLINE void FusedDot(const float* const* HWY_RESTRICT x, const WT* HWY_RESTR
 // prefetching 16 KiB ahead recovered only part of it), and the benchmark model's decode
 // matmuls went from ~22 to ~45 tokens/s. The one stream is software-prefetched
 // kFusedPrefetchBytes ahead (FusedDot) up to the matrix's last row, past the task's own
-// range: a task is only kStreamRows rows (matmul.cc), and stopping at its end left its
-// last third and the next task's first 16 KiB to the hardware prefetcher. One core of the
-// EPYC Zen 5 (2026-12-03), the benchmark model's loop block re-read from the L3
+// range: with tasks of 32 rows, stopping at the task's end left its last third and the
+// next task's first 16 KiB to the hardware prefetcher. One core of the EPYC Zen 5
+// (2026-12-03), the benchmark model's loop block re-read from the L3
 // (`TINYLOOP_BENCH_LOOP_BLOCK=1 cpu_kernels_bench`): 37-38 GB/s without, 38-41 prefetching
 // inside the task, 47-48 to the matrix's end; 2 threads 75-78 -> 84 GB/s, where the next
-// task is often the other thread's (a line fetched twice costs less than a stall). Bytes
-// past the matrix are never prefetched: they are not the weights'.
+// task is often the other thread's (a line fetched twice costs less than a stall), and
+// 93-95 with the longer tasks of matmul_split.h stream_task_rows. Bytes past the matrix
+// are never prefetched: they are not the weights'.
 template <int MR, typename WT>
 HWY_NOINLINE void FusedRows(const detail::MatmulArgs& a, int64_t t0, int64_t mt, int64_t n0, int64_t n1) {
   const WT* w = static_cast<const WT*>(a.w);  // [N, K]

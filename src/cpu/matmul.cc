@@ -15,11 +15,6 @@
 namespace tinyloop::cpu {
 namespace {
 
-// Rows per task when the weights stream (decode): small enough that 2-16 threads all get
-// several tasks (load balance on a shared machine), big enough (32 rows of a 768-wide f16
-// matrix = 48 KiB) that claiming a task costs nothing next to reading it.
-constexpr int64_t kStreamRows = 32;
-
 // Weight rows per task on the tiled path: as many as fit the widened tile (f32 weights are
 // used in place but the same split keeps their working set in L2 too), a multiple of 8.
 int64_t tile_rows(int64_t K) {
@@ -83,7 +78,7 @@ void matmul(const float* x, int64_t T, const ops::WeightView& w, const float* bi
     }
   }
   const detail::MatmulRangeFn fn = kernel_for(w.dtype);
-  const int64_t rows = T <= detail::kFusedMaxRows ? kStreamRows : tile_rows(K);
+  const int64_t rows = T <= detail::kFusedMaxRows ? detail::stream_task_rows(N) : tile_rows(K);
   detail::for_row_chunks(T, N, K, rows, [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
 }
 

@@ -57,7 +57,7 @@ namespace {
 
 constexpr int64_t kGroupRows = 16;  // output rows interleaved in one cell
 constexpr int64_t kQuadBytes = 64;  // one quad of 16 rows: one zmm
-constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task: 2 groups (as matmul.cc)
+constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task (not decode): 2 groups
 constexpr int64_t kTChunk = 64;  // x rows per pass over a task's cells
 // Decode prefetches this many bytes ahead in each group's run (into the next groups' runs
 // near its end). Engine tg128 int4, 1 thread, Xeon (2026-12-01): none 175-198 t/s, 4 cells
@@ -435,7 +435,9 @@ void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, co
   }
   c.xq = xq.data(), c.dx = dx.data(), c.sx = sx.data(), c.corr = corr.data();
   c.packed = w.q8packed, c.bias = bias, c.y = y;
-  for_row_chunks(T, N, K, kRowsPerTask, [&](int64_t n0, int64_t n1) { range(c, isa, n0, n1); });
+  // Decode streams the cells once: tasks as long as load balance allows (matmul_split.h).
+  const int64_t rows = T < kMaxMR ? stream_task_rows(N) : kRowsPerTask;
+  for_row_chunks(T, N, K, rows, [&](int64_t n0, int64_t n1) { range(c, isa, n0, n1); });
 }
 
 #endif  // TINYLOOP_HAVE_PACKED_KERNEL
