@@ -13,8 +13,9 @@
 // the first write, that happened inside decode steps, each time a step opened a new KV
 // block on an untouched page, and cost 20-25 ms on a ~12 ms step (EPYC Zen 5, bench
 // model, 2026-12-03: `bench/step_latency.py`). Every such buffer is written in full soon
-// anyway (a packed weight copy at load; a sequence's private KV pool is sized for what it
-// writes), except a serving pool, which is made resident at start like vLLM's.
+// anyway (a packed weight copy at load; a sequence's private KV pool grows by arenas that a
+// helper thread allocates ahead of the writes, model/kv_pool.h), except a serving pool,
+// which is made resident at start like vLLM's.
 #pragma once
 #include <cstddef>
 #include <cstdint>

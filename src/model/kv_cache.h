@@ -138,6 +138,11 @@ class KvCache {
   // Makes those blocks present and writable now, so a forward up to `end` allocates nothing
   // (throws KvPoolExhausted, keeping what it got, when the pool runs out).
   void reserve(int64_t end);
+  // A private pool (a standalone cache's) grows now, in one arena, by what a forward up to
+  // `end` will allocate, so a prompt's blocks come in one piece on huge pages rather than in
+  // many small growths; the blocks themselves are still taken as the forward writes. A
+  // no-op for a shared pool (the serving engine's is sized at start).
+  void grow_pool_for(int64_t end);
   // Blocks this cache references (shared ones included).
   int64_t blocks_held() const;
   // Drops every block and forgets every position (preemption: the sequence is recomputed).

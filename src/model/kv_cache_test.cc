@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -155,6 +156,46 @@ TEST(KvPool, BudgetRefcountsAndReuse) {
   for (int i = 0; i < 40; ++i) grow->allocate();
   EXPECT_EQ(grow->data(first), addr);
   EXPECT_EQ(grow->used_blocks(), 41);
+}
+
+// A private pool grown ahead: reserve_free adds one arena for a forward's blocks; running
+// low starts the next arena on a helper thread, which allocate() takes when it runs out;
+// blocks never move; the helper stops at the limit and allocate() still grows past it.
+TEST(KvPool, GrowAheadOnAHelperThread) {
+  const ModelConfig c = small_config();
+  const KvBlockLayout layout(c, ops::KvDType::F16, 8);
+  EXPECT_THROW(KvPool(layout, 3, 3, nullptr).grow_ahead_to(10), std::logic_error);  // a budget
+  EXPECT_THROW(KvPool(layout, 3, 3, nullptr).reserve_free(1), std::logic_error);
+  MemoryTracker tracker;
+  const int64_t min_ahead = std::max<int64_t>(16, ((int64_t(4) << 20) + layout.bytes - 1) / layout.bytes);
+  const int64_t limit = 10 + min_ahead + 5;
+  auto pool = std::make_shared<KvPool>(layout, 0, 0, &tracker);
+  pool->grow_ahead_to(limit);
+  EXPECT_EQ(pool->arena_bytes(), 0);  // nothing to grow ahead of yet
+  pool->reserve_free(10);
+  EXPECT_EQ(pool->arena_bytes(), 10 * layout.bytes);
+  EXPECT_EQ(tracker.live_bytes.load(), 10 * layout.bytes);
+  std::vector<int32_t> ids;
+  std::vector<uint8_t*> addr;
+  for (int i = 0; i < 10; ++i) {  // the 8th leaves 2 of 10 free: the helper starts
+    ids.push_back(pool->allocate());
+    addr.push_back(pool->data(ids.back()));
+  }
+  EXPECT_EQ(pool->arena_bytes(), 10 * layout.bytes);  // the helper's arena is not attached yet
+  ids.push_back(pool->allocate());  // out of blocks: waits for the helper's arena
+  EXPECT_EQ(pool->arena_bytes(), (10 + min_ahead) * layout.bytes);
+  EXPECT_EQ(tracker.live_bytes.load(), (10 + min_ahead) * layout.bytes);
+  while (int64_t(ids.size()) < limit + 20) ids.push_back(pool->allocate());  // past the limit: grows itself
+  EXPECT_EQ(pool->used_blocks(), limit + 20);
+  for (size_t i = 0; i < addr.size(); ++i) EXPECT_EQ(pool->data(ids[i]), addr[i]);
+  std::vector<uint8_t*> all;
+  for (int32_t id : ids) all.push_back(pool->data(id));
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end());  // every block its own
+  for (int32_t id : ids) pool->release(id);
+  EXPECT_EQ(pool->used_blocks(), 0);
+  pool.reset();
+  EXPECT_EQ(tracker.live_bytes.load(), 0);
 }
 
 // Copy-on-write: a cache sharing another's blocks (a prefix, a clone) reads them in place

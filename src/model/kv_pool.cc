@@ -1,6 +1,8 @@
 #include "model/kv_pool.h"
 
+#include <algorithm>
 #include <string>
+#include <system_error>
 
 #include "ops/kv_quant.h"
 #include "tinyloop/checked.h"
@@ -61,18 +63,34 @@ KvPool::KvPool(const KvBlockLayout& layout, int64_t max_blocks, int64_t initial_
   if (initial_blocks > 0) grow(initial_blocks);
 }
 
-void KvPool::grow(int64_t n) {
-  if (n > (int64_t(1) << 40) / layout_.bytes)
+namespace {
+
+// The helper's arenas are at least this big (a few blocks' fault-in is not worth a thread).
+constexpr int64_t kAheadMinBytes = int64_t(4) << 20;
+
+// Bytes of an arena of n blocks, refusing sizes no machine has.
+int64_t arena_size(int64_t n, int64_t block_bytes, int64_t have) {
+  if (n > (int64_t(1) << 40) / block_bytes)
     throw std::runtime_error("out of memory: KV pool of " + std::to_string(n) + " blocks");
-  if (checked_add(int64_t(base_.size()), n, "KV pool block count") > INT32_MAX)
+  if (checked_add(have, n, "KV pool block count") > INT32_MAX)
     throw std::runtime_error("out of memory: KV pool of more than 2^31 blocks");
-  const int64_t bytes = checked_mul(n, layout_.bytes, "KV pool arena bytes");
+  return checked_mul(n, block_bytes, "KV pool arena bytes");
+}
+
+}  // namespace
+
+void KvPool::grow(int64_t n) {
+  const int64_t bytes = arena_size(n, layout_.bytes, int64_t(base_.size()));
   HugeBytes arena;
   try {
     arena = alloc_huge_pages(static_cast<size_t>(bytes));
   } catch (const std::bad_alloc&) {
     throw std::runtime_error("out of memory: KV pool arena of " + std::to_string(bytes) + " bytes");
   }
+  attach(std::move(arena), n);
+}
+
+void KvPool::attach(HugeBytes arena, int64_t n) {
   const int32_t first = static_cast<int32_t>(base_.size());
   for (int64_t i = 0; i < n; ++i) {
     base_.push_back(arena.get() + i * layout_.bytes);
@@ -81,26 +99,82 @@ void KvPool::grow(int64_t n) {
   // Lowest ids on top of the stack: a fresh pool hands out blocks in address order.
   for (int64_t i = n - 1; i >= 0; --i) free_.push_back(first + static_cast<int32_t>(i));
   arenas_.push_back(std::move(arena));
-  tracked_.emplace_back(tracker_, bytes);
+  tracked_.emplace_back(tracker_, n * layout_.bytes);
+}
+
+void KvPool::take_pending() {
+  const int64_t n = pending_n_;
+  HugeBytes arena;
+  try {
+    arena = pending_.get();  // rethrows the helper's exception, if any
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error("out of memory: KV pool arena of " + std::to_string(n * layout_.bytes) + " bytes");
+  }
+  attach(std::move(arena), n);
+}
+
+void KvPool::maybe_grow_ahead() {
+  if (ahead_limit_ <= 0 || pending_.valid()) return;
+  const int64_t have = static_cast<int64_t>(base_.size());
+  // Not before the first forward has sized the pool (its reserve_free), nor past the limit.
+  if (have == 0 || have >= ahead_limit_ || int64_t(free_.size()) * 4 > have) return;
+  const int64_t min_blocks = (kAheadMinBytes + layout_.bytes - 1) / layout_.bytes;
+  const int64_t n = std::min(std::max({int64_t(16), min_blocks, have / 2}), ahead_limit_ - have);
+  int64_t bytes;
+  try {
+    bytes = arena_size(n, layout_.bytes, have);
+  } catch (const std::exception&) {
+    return;  // allocate() grows (and reports) itself when it gets there
+  }
+  try {
+    pending_ = std::async(std::launch::async, [bytes] { return alloc_huge_pages(static_cast<size_t>(bytes)); });
+    pending_n_ = n;
+  } catch (const std::system_error&) {
+    // No thread to be had: allocate() grows on the caller's thread, as without the helper.
+  }
+}
+
+void KvPool::grow_ahead_to(int64_t limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (max_blocks_ > 0) throw std::logic_error("KvPool::grow_ahead_to: the pool has a budget");
+  ahead_limit_ = std::max<int64_t>(0, limit);
+  maybe_grow_ahead();
+}
+
+void KvPool::reserve_free(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (max_blocks_ > 0) throw std::logic_error("KvPool::reserve_free: the pool has a budget");
+  int64_t missing = n - static_cast<int64_t>(free_.size());
+  if (missing <= 0) return;
+  if (pending_.valid()) {
+    take_pending();
+    missing = n - static_cast<int64_t>(free_.size());
+  }
+  if (missing > 0) grow(missing);
+  maybe_grow_ahead();
 }
 
 int32_t KvPool::allocate() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (free_.empty() && pending_.valid()) take_pending();
   if (free_.empty()) {
     const int64_t have = static_cast<int64_t>(base_.size());
     if (max_blocks_ > 0 && have >= max_blocks_)
       throw KvPoolExhausted("KV pool exhausted: all " + std::to_string(max_blocks_) + " blocks (" +
                             std::to_string(max_blocks_ * layout_.bytes >> 20) +
                             " MiB) are in use; raise kv_budget_mb or lower the load");
-    // Grow by half of what is there (at least 16 blocks), within the budget.
+    // Grow by half of what is there (at least 16 blocks), within the budget, and for a pool
+    // grown ahead not past its limit while below it (a small sequence's pool stays its size).
     int64_t n = std::max<int64_t>(16, have / 2);
     if (max_blocks_ > 0) n = std::min(n, max_blocks_ - have);
+    if (ahead_limit_ > have) n = std::min(n, ahead_limit_ - have);
     grow(n);
   }
   const int32_t id = free_.back();
   free_.pop_back();
   refs_[size_t(id)] = 1;
   ++used_;
+  maybe_grow_ahead();
   return id;
 }
 

@@ -6,10 +6,12 @@
 // (copy-on-write, KvCache::writable).
 //
 // One pool serves all sequences of the serving engine, sized once from a memory budget; a
-// standalone cache (Model.generate and friends) owns a small private pool that grows on
-// demand. Either way a block's address never changes while it is held.
+// standalone cache (Model.generate and friends) owns a private pool that starts empty,
+// grows by each forward's blocks and has its next arena faulted in ahead on a helper thread
+// (grow_ahead_to). Either way a block's address never changes while it is held.
 #pragma once
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -84,6 +86,16 @@ class KvPool {
   uint8_t* data(int32_t id) const;
   ops::KvBlock block(int32_t id) const { return layout_.at(data(id)); }
 
+  // Unbounded pools (max_blocks 0, a standalone cache's private pool) only. Grows the pool
+  // now, in one arena, until n blocks are free (a prompt's blocks before its forward).
+  void reserve_free(int64_t n);
+  // Unbounded pools only: from now on, whenever a quarter or less of the blocks are free,
+  // the next arena (half of what there is, at least kAheadMinBytes, never past `limit`
+  // blocks in all) is allocated and faulted in on a helper thread, so a decode step that
+  // opens a new block finds it ready instead of faulting huge pages in itself (header of
+  // base/huge_pages.h). allocate() waits for that arena only when it runs out first.
+  void grow_ahead_to(int64_t limit);
+
   int64_t max_blocks() const { return max_blocks_; }
   int64_t used_blocks() const;
   int64_t free_blocks() const;  // allocatable now without growing (budget: max - used)
@@ -91,6 +103,9 @@ class KvPool {
 
  private:
   void grow(int64_t n);  // adds an arena of n blocks to the free list (mu_ held)
+  void attach(HugeBytes arena, int64_t n);  // adds an allocated arena of n blocks (mu_ held)
+  void take_pending();  // waits for the helper's arena and attaches it (mu_ held)
+  void maybe_grow_ahead();  // starts the helper when the pool runs low (mu_ held)
   KvBlockLayout layout_;
   int64_t max_blocks_;
   MemoryTracker* tracker_;
@@ -101,6 +116,9 @@ class KvPool {
   std::vector<int32_t> refs_;  // [blocks] holders, 0 = free
   std::vector<int32_t> free_;  // ids of free blocks (a stack: recently freed reused first)
   int64_t used_ = 0;
+  int64_t ahead_limit_ = 0;  // grow_ahead_to's limit in blocks, 0: off
+  std::future<HugeBytes> pending_;  // the helper's arena of pending_n_ blocks, if one is on the way
+  int64_t pending_n_ = 0;
 };
 
 using KvPoolPtr = std::shared_ptr<KvPool>;

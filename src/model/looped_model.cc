@@ -162,6 +162,7 @@ void LoopedModel::forward(const int32_t* tokens, int64_t T, KvCache& kv, LogitRo
   int64_t done = 0;
   while (done < T) {
     const int64_t n = max_chunk(kv, T - done);
+    kv.grow_pool_for(kv.length() + n);  // a standalone cache's pool: this piece's blocks at once
     ws.reserve(cfg_, n);
     TrackedBytes ws_bytes(&memory_, ws.bytes() + 2 * n * D * int64_t(sizeof(float)));
     std::vector<int64_t> pos(n);  // [n] absolute positions
