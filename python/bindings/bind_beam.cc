@@ -92,9 +92,12 @@ void bind_beam(py::module_& testing) {
         {
           py::gil_scoped_release nogil;
           res = runtime::beam_generate(*e, req, beam, {}, &mem);
-          // What generate() (beam 1) allocates for the same call: one cache of prompt + max_tokens.
-          single =
-              e->new_cache(e->resolve_loops(loops), int64_t(req.prompt.size()) + max_tokens, 0, e->kv_dtype())->bytes();
+          // What generate() (beam 1) holds by the end of the same call: one cache of prompt +
+          // max_tokens, every position written (its pool grows as it writes, so reserve them).
+          const int64_t total = int64_t(req.prompt.size()) + max_tokens;
+          auto greedy = e->new_cache(e->resolve_loops(loops), total, 0, e->kv_dtype());
+          greedy->reserve(total);
+          single = greedy->bytes();
         }
         py::dict d;
         d["tokens"] = res.tokens;
