@@ -12,6 +12,18 @@ namespace {
 
 int64_t align64(int64_t n) { return (n + 63) / 64 * 64; }
 
+// The helper's arenas are at least this big (a few blocks' fault-in is not worth a thread).
+constexpr int64_t kAheadMinBytes = int64_t(4) << 20;
+
+// Bytes of an arena of n blocks, refusing sizes no machine has.
+int64_t arena_size(int64_t n, int64_t block_bytes, int64_t have) {
+  if (n > (int64_t(1) << 40) / block_bytes)
+    throw std::runtime_error("out of memory: KV pool of " + std::to_string(n) + " blocks");
+  if (checked_add(have, n, "KV pool block count") > INT32_MAX)
+    throw std::runtime_error("out of memory: KV pool of more than 2^31 blocks");
+  return checked_mul(n, block_bytes, "KV pool arena bytes");
+}
+
 }  // namespace
 
 KvBlockLayout::KvBlockLayout(const ModelConfig& c, ops::KvDType dt, int64_t rows_)
@@ -62,22 +74,6 @@ KvPool::KvPool(const KvBlockLayout& layout, int64_t max_blocks, int64_t initial_
   std::lock_guard<std::mutex> lock(mu_);
   if (initial_blocks > 0) grow(initial_blocks);
 }
-
-namespace {
-
-// The helper's arenas are at least this big (a few blocks' fault-in is not worth a thread).
-constexpr int64_t kAheadMinBytes = int64_t(4) << 20;
-
-// Bytes of an arena of n blocks, refusing sizes no machine has.
-int64_t arena_size(int64_t n, int64_t block_bytes, int64_t have) {
-  if (n > (int64_t(1) << 40) / block_bytes)
-    throw std::runtime_error("out of memory: KV pool of " + std::to_string(n) + " blocks");
-  if (checked_add(have, n, "KV pool block count") > INT32_MAX)
-    throw std::runtime_error("out of memory: KV pool of more than 2^31 blocks");
-  return checked_mul(n, block_bytes, "KV pool arena bytes");
-}
-
-}  // namespace
 
 void KvPool::grow(int64_t n) {
   const int64_t bytes = arena_size(n, layout_.bytes, int64_t(base_.size()));
