@@ -69,6 +69,10 @@ int main() {
     q8_case("decode", 1, 768, 2048, dt, 50);
     q8_case("decode", 1, 2048, 768, dt, 50);
     q8_case("decode", 1, 768, 32000, dt, 10);
+    for (int64_t T : {4, 16}) {
+      q8_case("batch", T, 768, 2048, dt, 20);
+      q8_case("batch", T, 768, 32000, dt, 5);
+    }
   }
   // SmolLM2-135M's shapes (hidden 576, FFN 1536, 49152-row tied head; K = 576 is 4.5 units
   // of 128 columns, so the VNNI kernel pads the last one).

@@ -21,9 +21,9 @@
 // The int8 weight is signed and vpdpbusd's first operand unsigned: (w + 128) x summed, then
 // -128 * sum x (the block's integer sum of x, exact) added back gives sum w x exactly.
 //
-// Tiles: MR x rows by NG groups of 16 weight rows; each cell is loaded (and int4 unpacked)
-// once per tile, each broadcast x quad once per x row. Prefill: 4 x rows by 2 groups.
-// Decode (T < 4): T x rows by 2 groups. The first tile over a task's cells streams them from
+// Tiles: MR x rows by one group of 16 weight rows; each cell is loaded (and int4 unpacked)
+// once per tile, each broadcast x quad once per x row. Prefill: 4 x rows a tile.
+// Decode (T < 4): T x rows. The first tile over a task's cells streams them from
 // memory and prefetches them ahead (a batched decode's T = 4 .. 64 rows too: without it, T = 4
 // cost 2.1x T = 3 on the EPYC); the later tiles find them in L1 / L2. Every output's
 // arithmetic is the same in every tile shape, task split and thread.
@@ -178,84 +178,75 @@ TL_VNNI inline __m512 load_params(const uint8_t* p) {
   return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
 }
 
-// y[t0 .. t0 + MR, 16 g0 .. 16 (g0 + NG)] (rows past N not stored); PF16: F16 params.
+// y[t0 .. t0 + MR, 16 g .. 16 g + 16] (rows past N not stored); PF16: F16 params.
 // prefetch: the cells come from memory (the first tile over them), prefetch them
 // kPrefetchBytes ahead.
-template <int MR, int NG, bool INT4, bool PF16>
-TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t g0, bool prefetch) {
-  constexpr int64_t kParamBytes = param_bytes(PF16);
+// One group of 16 weight rows a tile: its 8 quads stay in registers. With two groups a tile
+// (the first version) GCC 12 kept the [2][8] quad array on the stack, a store and reload of
+// every cell, and decode read two streams at once: EPYC Zen 4, one thread, q8act_bench, the
+// 26 MB int8 head (768 x 32000) 1.24-1.60 -> 0.73-0.83 ms, int4 0.50-0.94 -> 0.30-0.47 ms,
+// prefill no slower (int8 252-263 -> 285-305 GFLOP/s), engine tg128 int8 99-105 -> 160-168
+// t/s, int4 191-193 -> 323-328 (2026-12-04).
+template <int MR, bool INT4, bool PF16>
+TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t g, bool prefetch) {
   const __m512i low4 = _mm512_set1_epi8(0x0f);
-  const uint8_t* run[NG];  // [nb, cell] each
-  for (int g = 0; g < NG; ++g) run[g] = c.packed + (g0 + g) * c.nb * c.cb;
-  __m512 acc[MR][NG];
-  for (int i = 0; i < MR; ++i)
-    for (int g = 0; g < NG; ++g) acc[i][g] = _mm512_setzero_ps();
+  const uint8_t* run = c.packed + g * c.nb * c.cb;  // [nb, cell]
+  __m512 acc[MR];
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < c.nb; ++b) {
-    __m512i wq[NG][8];  // the u8 operands of the 8 quads of block b
-    __m512 dw[NG];  // d_w of the 16 rows
-    for (int g = 0; g < NG; ++g) {
-      const uint8_t* cell = run[g] + b * c.cb;
-      if (prefetch) {  // the first tile's stream runs through each group's cells
-        for (int64_t l = 0; l < c.cb; l += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(cell + kPrefetchBytes + l), _MM_HINT_T0);
-      }
-      if constexpr (INT4) {
-        for (int p = 0; p < 4; ++p) {
-          const __m512i raw = _mm512_loadu_si512(cell + p * kQuadBytes);
-          wq[g][p] = _mm512_and_si512(raw, low4);
-          wq[g][p + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
-        }
-      } else {
-        for (int q = 0; q < 8; ++q) wq[g][q] = _mm512_loadu_si512(cell + q * kQuadBytes);
-      }
-      dw[g] = load_params<PF16>(cell + c.wb);
+    const uint8_t* cell = run + b * c.cb;
+    if (prefetch) {  // the first tile's stream runs through the group's cells
+      for (int64_t l = 0; l < c.cb; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(cell + kPrefetchBytes + l), _MM_HINT_T0);
     }
+    __m512i wq[8];  // the u8 operands of the 8 quads of block b
+    if constexpr (INT4) {
+      for (int p = 0; p < 4; ++p) {
+        const __m512i raw = _mm512_loadu_si512(cell + p * kQuadBytes);
+        wq[p] = _mm512_and_si512(raw, low4);
+        wq[p + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+      }
+    } else {
+      for (int q = 0; q < 8; ++q) wq[q] = _mm512_loadu_si512(cell + q * kQuadBytes);
+    }
+    const __m512 dw = load_params<PF16>(cell + c.wb);  // d_w of the 16 rows
     for (int i = 0; i < MR; ++i) {
       const int64_t t = t0 + i;
       const int8_t* xb = c.xq + t * c.K + b * ops::kQ8Block;  // [32] the block's x bytes
-      // Two chains per group (even / odd quads), added at the end: integer, exact.
-      __m512i s0[NG], s1[NG];
-      const __m512i init = INT4 ? _mm512_setzero_si512() : _mm512_set1_epi32(c.corr[t * c.nb + b]);
-      for (int g = 0; g < NG; ++g) s0[g] = init, s1[g] = _mm512_setzero_si512();
+      // Two chains (even / odd quads), added at the end: integer, exact.
+      __m512i s0 = INT4 ? _mm512_setzero_si512() : _mm512_set1_epi32(c.corr[t * c.nb + b]);
+      __m512i s1 = _mm512_setzero_si512();
       for (int q = 0; q < 8; q += 2) {
         int32_t x0, x1;
         std::memcpy(&x0, xb + 4 * q, 4);
         std::memcpy(&x1, xb + 4 * q + 4, 4);
-        const __m512i b0 = _mm512_set1_epi32(x0), b1 = _mm512_set1_epi32(x1);
-        for (int g = 0; g < NG; ++g) {
-          s0[g] = _mm512_dpbusd_epi32(s0[g], wq[g][q], b0);
-          s1[g] = _mm512_dpbusd_epi32(s1[g], wq[g][q + 1], b1);
-        }
+        s0 = _mm512_dpbusd_epi32(s0, wq[q], _mm512_set1_epi32(x0));
+        s1 = _mm512_dpbusd_epi32(s1, wq[q + 1], _mm512_set1_epi32(x1));
       }
       const __m512 dxv = _mm512_set1_ps(c.dx[t * c.nb + b]);
-      for (int g = 0; g < NG; ++g) {
-        const __m512 isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0[g], s1[g]));
-        // acc += (d_w * d_x) * float(isum): two roundings, then the sum (no FMA: see top).
-        acc[i][g] = _mm512_add_ps(acc[i][g], _mm512_mul_ps(_mm512_mul_ps(dw[g], dxv), isum));
-      }
+      const __m512 isum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+      // acc += (d_w * d_x) * float(isum): two roundings, then the sum (no FMA: see top).
+      acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(_mm512_mul_ps(dw, dxv), isum));
     }
   }
   // Epilogue: + the int4 offset term (its own sum in block order, as the reference's `off`;
   // int8 adds the reference's off = 0 too, which turns a -0 sum into +0 as it does), + bias.
-  for (int g = 0; g < NG; ++g) {
-    const int64_t n0 = (g0 + g) * kGroupRows;
-    if (n0 >= c.N) break;
-    const int64_t nl = std::min<int64_t>(kGroupRows, c.N - n0);
-    const __mmask16 m = __mmask16((1u << nl) - 1);
-    const __m512 bias = c.bias ? _mm512_maskz_loadu_ps(m, c.bias + n0) : _mm512_setzero_ps();
-    for (int i = 0; i < MR; ++i) {
-      const int64_t t = t0 + i;
-      __m512 off = _mm512_setzero_ps();
-      if constexpr (INT4) {
-        for (int64_t b = 0; b < c.nb; ++b) {
-          const __m512 ow = load_params<PF16>(run[g] + b * c.cb + c.wb + kParamBytes);
-          off = _mm512_add_ps(off, _mm512_mul_ps(ow, _mm512_set1_ps(c.sx[t * c.nb + b])));
-        }
+  const int64_t n0 = g * kGroupRows;
+  const int64_t nl = std::min<int64_t>(kGroupRows, c.N - n0);
+  const __mmask16 m = __mmask16((1u << nl) - 1);
+  const __m512 bias = c.bias ? _mm512_maskz_loadu_ps(m, c.bias + n0) : _mm512_setzero_ps();
+  for (int i = 0; i < MR; ++i) {
+    const int64_t t = t0 + i;
+    __m512 off = _mm512_setzero_ps();
+    if constexpr (INT4) {
+      for (int64_t b = 0; b < c.nb; ++b) {
+        const __m512 ow = load_params<PF16>(run + b * c.cb + c.wb + param_bytes(PF16));
+        off = _mm512_add_ps(off, _mm512_mul_ps(ow, _mm512_set1_ps(c.sx[t * c.nb + b])));
       }
-      __m512 v = _mm512_add_ps(acc[i][g], off);
-      if (c.bias) v = _mm512_add_ps(v, bias);
-      _mm512_mask_storeu_ps(c.y + t * c.N + n0, m, v);
     }
+    __m512 v = _mm512_add_ps(acc[i], off);
+    if (c.bias) v = _mm512_add_ps(v, bias);
+    _mm512_mask_storeu_ps(c.y + t * c.N + n0, m, v);
   }
 }
 
@@ -344,20 +335,18 @@ TL_AVX2 void tile_avx2(const Ctx& c, int64_t t0, int64_t g, bool prefetch) {
 }
 
 using TileFn = void (*)(const Ctx&, int64_t, int64_t, bool);
-constexpr int kMaxMR = 4, kNG = 2;
+constexpr int kMaxMR = 4;
 
 template <bool INT4, bool PF16>
-TileFn pick(int mr, int ng) {
-  static constexpr TileFn table[kMaxMR][kNG] = {{&tile<1, 1, INT4, PF16>, &tile<1, 2, INT4, PF16>},
-                                                {&tile<2, 1, INT4, PF16>, &tile<2, 2, INT4, PF16>},
-                                                {&tile<3, 1, INT4, PF16>, &tile<3, 2, INT4, PF16>},
-                                                {&tile<4, 1, INT4, PF16>, &tile<4, 2, INT4, PF16>}};
-  return table[mr - 1][ng - 1];
+TileFn pick(int mr) {
+  static constexpr TileFn table[kMaxMR] = {&tile<1, INT4, PF16>, &tile<2, INT4, PF16>, &tile<3, INT4, PF16>,
+                                           &tile<4, INT4, PF16>};
+  return table[mr - 1];
 }
 
-TileFn pick(bool int4, bool pf16, int mr, int ng) {
-  if (int4) return pf16 ? pick<true, true>(mr, ng) : pick<true, false>(mr, ng);
-  return pf16 ? pick<false, true>(mr, ng) : pick<false, false>(mr, ng);
+TileFn pick(bool int4, bool pf16, int mr) {
+  if (int4) return pf16 ? pick<true, true>(mr) : pick<true, false>(mr);
+  return pf16 ? pick<false, true>(mr) : pick<false, false>(mr);
 }
 
 template <bool INT4, bool PF16>
@@ -372,20 +361,18 @@ TileFn pick_avx2(bool int4, bool pf16, int mr) {
   return pf16 ? pick_avx2<false, true>(mr) : pick_avx2<false, false>(mr);
 }
 
-// Weight rows [n0, n1) (n0 a multiple of 16): every x row, in tiles (AVX2: one group each).
+// Weight rows [n0, n1) (n0 a multiple of 16): every x row, in tiles of one group each.
 void range(const Ctx& c, PackedIsa isa, int64_t n0, int64_t n1) {
   const int64_t ga = n0 / kGroupRows, gb = (n1 + kGroupRows - 1) / kGroupRows;
-  const int64_t step = isa == PackedIsa::Avx512Vnni ? kNG : 1;
   for (int64_t tc = 0; tc < c.T; tc += kTChunk) {
     const int64_t te = std::min(c.T, tc + kTChunk);
-    for (int64_t g = ga; g < gb; g += step) {
-      const int ng = int(std::min<int64_t>(step, gb - g));
+    for (int64_t g = ga; g < gb; ++g) {
       for (int64_t t = tc; t < te; t += kMaxMR) {
         const int mr = int(std::min<int64_t>(kMaxMR, te - t));
         // The first tile over these cells reads them from memory: prefetch its stream. The
         // later tiles (more x rows) find them in L1 / L2.
         const bool first = t == 0;
-        if (isa == PackedIsa::Avx512Vnni) pick(c.int4, c.pf16, mr, ng)(c, t, g, first);
+        if (isa == PackedIsa::Avx512Vnni) pick(c.int4, c.pf16, mr)(c, t, g, first);
         else pick_avx2(c.int4, c.pf16, mr)(c, t, g, first);
       }
     }
