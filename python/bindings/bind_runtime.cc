@@ -45,7 +45,7 @@ void bind_runtime(py::module_& m) {
       },
       "The CPU backend's state: the SIMD target in use (e.g. 'AVX3'), the targets compiled "
       "in, whether the scalar reference is forced, the thread count, and the kernel of "
-      "quant_activations='q8' matmuls ('avx512vnni' or 'avx2': int8/int4 weights get a "
+      "quant_activations='q8' matmuls ('amx-int8', 'avx512vnni' or 'avx2': int8/int4 weights get a "
       "repacked copy at load, counted in vram_usage_mb; else 'portable-<target>'), the kernel "
       "of the bf16 loop body (fp16_body=True: 'amx', 'avx512bf16' or 'portable-<target>'), "
       "whether AMX tiles are in use and, when not, why ('no AMX on this CPU', 'disabled by "

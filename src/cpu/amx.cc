@@ -87,6 +87,8 @@ const AmxStatus& amx_status() {
 
 bool amx_bf16_active() { return enabled() && amx_status().bf16; }
 
+bool amx_int8_active() { return enabled() && amx_status().int8; }
+
 void set_amx_enabled(bool on, const std::string& off_reason) {
   {
     std::lock_guard<std::mutex> lock(g_reason_mutex);

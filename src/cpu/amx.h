@@ -1,5 +1,6 @@
 // Intel AMX (Advanced Matrix Extensions) on this CPU and in this process: detection, the
-// Linux permission request, and the AMX-BF16 matmul of the reduced-precision loop body.
+// Linux permission request, and the AMX-BF16 matmul of the reduced-precision loop body
+// (the AMX-INT8 q8-activation kernel is matmul_amx_int8.cc, behind cpu::matmul_q8act).
 //
 // AMX is usable when (1) CPUID reports AMX-TILE and AMX-BF16 (AMX-INT8 is reported
 // separately), (2) the OS enabled the tile state in XCR0 (XTILECFG, bit 17, and XTILEDATA,
@@ -32,6 +33,9 @@ const AmxStatus& amx_status();
 // true when the bf16 matmul uses AMX now: amx_status().bf16 and not turned off by
 // set_amx_enabled(false) (ops/backend.h calls it for TINYLOOP_DISABLE_AMX=1).
 bool amx_bf16_active();
+// true when the q8-activation matmul may use AMX-INT8 tiles now (matmul_amx_int8.cc):
+// amx_status().int8 and not turned off by set_amx_enabled(false).
+bool amx_int8_active();
 // Turns AMX off or back on for this process (tests, benchmarks A/B in one run); it can only
 // turn it on where amx_status() allows it. off_reason is what amx_inactive_reason() says
 // while it is off.

@@ -213,7 +213,14 @@ std::optional<detail::PackedIsa> packed_isa() {
 
 void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y) {
   if (w.q8packed)
-    if (const auto isa = packed_isa()) return detail::matmul_q8act_packed(x, T, w, bias, y, *isa);
+    if (const auto isa = packed_isa()) {
+      // Many rows (prefill, a large batched decode) on AMX-INT8 tiles where the CPU has them:
+      // the same bits as the VNNI kernel (both are the reference's), so the switch by T keeps
+      // batch invariance.
+      const bool amx = *isa == detail::PackedIsa::Avx512Vnni && T >= detail::kAmxInt8MinRows &&
+                       detail::packed_amx_int8_supported();
+      return detail::matmul_q8act_packed(x, T, w, bias, y, amx ? detail::PackedIsa::AmxInt8 : *isa);
+    }
   if (vnni_on()) return detail::matmul_q8act_vnni(x, T, w, bias, y);
   detail::matmul_q8act_hwy(x, T, w, bias, y);
 }
@@ -225,7 +232,10 @@ void set_vnni_enabled(bool on) { g_vnni_wanted.store(on); }
 bool q8act_packed_available() { return packed_isa().has_value(); }
 
 std::string q8act_kernel_name() {
-  if (const auto isa = packed_isa()) return *isa == detail::PackedIsa::Avx512Vnni ? "avx512vnni" : "avx2";
+  if (const auto isa = packed_isa()) {
+    if (*isa == detail::PackedIsa::Avx2) return "avx2";
+    return detail::packed_amx_int8_supported() ? "amx-int8" : "avx512vnni";
+  }
   return "portable-" + simd_target_name();
 }
 

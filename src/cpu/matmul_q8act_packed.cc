@@ -36,6 +36,8 @@
 #include <string>
 #include <vector>
 
+#include "cpu/amx.h"
+#include "cpu/matmul_q8act_packed_internal.h"
 #include "cpu/matmul_q8act_vnni.h"
 #include "cpu/matmul_split.h"
 #include "cpu/thread_pool.h"
@@ -55,31 +57,8 @@ namespace tinyloop::cpu::detail {
 
 namespace {
 
-constexpr int64_t kGroupRows = 16;  // output rows interleaved in one cell
-constexpr int64_t kQuadBytes = 64;  // one quad of 16 rows: one zmm
 constexpr int64_t kRowsPerTask = 32;  // weight rows per pool task (not decode): 2 groups
 constexpr int64_t kTChunk = 64;  // x rows per pass over a task's cells
-// Decode prefetches this many bytes ahead in each group's run (into the next groups' runs
-// near its end). Engine tg128 int4, 1 thread, Xeon (2026-12-01): none 175-198 t/s, 4 cells
-// (1-2 KiB) 197-215, 8-32 cells no better: decode streamed the weights at that core's
-// bandwidth (~22 GB/s). A core of the EPYC Zen 5 reads ~40 GB/s from memory and more from
-// the L3 (the loop block's weights), and there 4 cells left it short: engine tg64, bench
-// model, 1 thread (2026-12-03), 4 cells / 8 / 16 / 24 / 32 KiB: int8 227-248 / 193-200 /
-// 260-269 / 245-262 / 243-250 t/s, int4 295-305 / 317-321 / 359-367 / 383-387 / 365-377.
-// At 2 threads the two were within the noise (int4, d0 and d4096, 4 alternating runs),
-// though near a task's end the prefetch reaches the next task, often the other thread's.
-// 16 KiB is the F16 fused path's distance too (matmul-inl.h kFusedPrefetchBytes). Past the
-// packed copy's end the addresses are only prefetched, never read (no fault on x86).
-// Into L2 (_MM_HINT_T1), as matmul-inl.h explains: EPYC Zen 4, engine tg64, bench model
-// (2026-12-04), L1 / L2: int4 1 thread 357 / 374 t/s, 2 threads 496 / 559, int8 about even.
-constexpr int64_t kPrefetchBytes = 16384;
-
-// A cell: the weight bytes, then d_w [16] (and o_w [16] for int4) in the weight's own param
-// dtype (F16 stays F16: decode is bound by the bytes it streams, and the tile converts them
-// exactly in a register).
-constexpr int64_t weight_bytes(bool int4) { return int4 ? 4 * kQuadBytes : 8 * kQuadBytes; }
-constexpr int64_t param_bytes(bool f16) { return f16 ? 2 * kGroupRows : 4 * kGroupRows; }
-constexpr int64_t cell_bytes(bool int4, bool f16) { return weight_bytes(int4) + (int4 ? 2 : 1) * param_bytes(f16); }
 
 bool packable(const ops::WeightView& w) {
   return ops::q8act_applies(w) && (vnni_supported() || packed_avx2_supported());
@@ -144,11 +123,14 @@ void pack_q8act(const ops::WeightView& w, void* out) {
 #ifndef TINYLOOP_HAVE_PACKED_KERNEL
 
 bool packed_avx2_supported() { return false; }
+bool packed_amx_int8_supported() { return false; }
 void matmul_q8act_packed(const float*, int64_t, const ops::WeightView&, const float*, float*, PackedIsa) {
   throw std::runtime_error("q8 activations: the packed kernels are not compiled on this platform");
 }
 
 #else
+
+bool packed_amx_int8_supported() { return amx_int8_active() && vnni_supported(); }
 
 bool packed_avx2_supported() {
   static const bool ok =
@@ -158,20 +140,7 @@ bool packed_avx2_supported() {
 
 namespace {
 
-// Everything the tiles read. x side per call: xq [T, K] int8 in column order, dx / sx /
-// corr [T, nb] (d_x, the Q8_1 sums s_x for int4, -128 * the integer block sums for int8).
-struct Ctx {
-  bool int4, pf16;  // int4 weight; F16 params
-  int64_t T, N, K, nb;
-  const int8_t* xq;
-  const float* dx;
-  const float* sx;
-  const int32_t* corr;
-  const uint8_t* packed;  // [ceil(N / 16), nb, cell]
-  int64_t cb, wb;  // cell bytes, weight bytes of a cell
-  const float* bias;  // [N] or null
-  float* y;  // [T, N]
-};
+using Ctx = Q8PackedCtx;
 
 // 16 params at p (F16 or F32), as floats (F16 -> F32 is exact).
 template <bool PF16>
@@ -390,9 +359,13 @@ void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, co
     throw std::invalid_argument(
         "q8 activations: the packed kernel needs an int8/int4 weight with a group "
         "that is a multiple of 32");
-  if (isa == PackedIsa::Avx512Vnni ? !vnni_supported() : !packed_avx2_supported())
+  if (isa == PackedIsa::AmxInt8 && !packed_amx_int8_supported())
+    throw std::runtime_error("q8 activations: no AMX-INT8 kernel here (" +
+                             (amx_inactive_reason().empty() ? std::string("no AMX-INT8 on this CPU") : amx_inactive_reason()) +
+                             ")");
+  if (isa == PackedIsa::Avx2 ? !packed_avx2_supported() : !vnni_supported())
     throw std::runtime_error(std::string("q8 activations: this CPU has no ") +
-                             (isa == PackedIsa::Avx512Vnni ? "AVX512-VNNI" : "AVX2 + FMA + F16C"));
+                             (isa == PackedIsa::Avx2 ? "AVX2 + FMA + F16C" : "AVX512-VNNI"));
   const int64_t N = w.rows, K = w.cols;
   if (T <= 0 || N <= 0) return;
   Ctx c{};
@@ -403,15 +376,25 @@ void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, co
   // x rows quantized bit for bit as the reference (the AVX-512 quantizer for q, amax and the
   // integer sums, d and s by the reference's ops::detail::q8_block_scales in plain code;
   // without AVX-512 the reference's own quantizer).
-  thread_local std::vector<int8_t> xq;  // [T, K]
-  thread_local std::vector<float> dx, sx, amax;  // [T, nb], [T, nb], [nb]
-  thread_local std::vector<int32_t> corr, qsum;  // [T, nb], [nb]
+  // The AMX tiles load x 16 rows at a time: pad to Tp rows (zeros; their results are dropped).
+  const bool amx = isa == PackedIsa::AmxInt8;
+  const int64_t Tp = amx ? (T + 15) / 16 * 16 : T;
+  thread_local std::vector<int8_t> xq;  // [Tp, K]
+  thread_local std::vector<float> dx, sx, amax;  // [Tp, nb], [Tp, nb], [nb]
+  thread_local std::vector<int32_t> corr, qsum;  // [Tp, nb], [nb]
   const int64_t nb = c.nb;
-  if (xq.size() < size_t(T * K)) xq.resize(size_t(T * K));
-  if (dx.size() < size_t(T * nb)) dx.resize(size_t(T * nb)), sx.resize(size_t(T * nb)), corr.resize(size_t(T * nb));
+  if (xq.size() < size_t(Tp * K)) xq.resize(size_t(Tp * K));
+  if (dx.size() < size_t(Tp * nb))
+    dx.resize(size_t(Tp * nb)), sx.resize(size_t(Tp * nb)), corr.resize(size_t(Tp * nb));
   if (amax.size() < size_t(nb)) amax.resize(size_t(nb)), qsum.resize(size_t(nb));
+  if (Tp > T) {
+    std::fill(xq.begin() + T * K, xq.begin() + Tp * K, int8_t{0});
+    std::fill(dx.begin() + T * nb, dx.begin() + Tp * nb, 0.f);
+    std::fill(sx.begin() + T * nb, sx.begin() + Tp * nb, 0.f);
+    std::fill(corr.begin() + T * nb, corr.begin() + Tp * nb, 0);
+  }
   for (int64_t t = 0; t < T; ++t) {
-    if (isa != PackedIsa::Avx512Vnni) {  // the AVX2 tiles need neither the sums nor corr
+    if (isa == PackedIsa::Avx2) {  // the AVX2 tiles need neither the sums nor corr
       ops::detail::quantize_row_q8(x + t * K, K, xq.data() + t * K, dx.data() + t * nb, sx.data() + t * nb);
       continue;
     }
@@ -424,6 +407,7 @@ void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, co
   }
   c.xq = xq.data(), c.dx = dx.data(), c.sx = sx.data(), c.corr = corr.data();
   c.packed = w.q8packed, c.bias = bias, c.y = y;
+  if (amx) return for_row_chunks(T, N, K, kRowsPerTask, [&](int64_t n0, int64_t n1) { amx_int8_range(c, n0, n1); });
   // Decode streams the cells once: tasks as long as load balance allows (matmul_split.h).
   const int64_t rows = T < kMaxMR ? stream_task_rows(N) : kRowsPerTask;
   for_row_chunks(T, N, K, rows, [&](int64_t n0, int64_t n1) { range(c, isa, n0, n1); });

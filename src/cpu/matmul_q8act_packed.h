@@ -13,9 +13,12 @@
 
 namespace tinyloop::cpu::detail {
 
-// The two kernels on the packed copy: AVX512-VNNI (vpdpbusd), and AVX2 + FMA + F16C
-// (vpmaddubsw + vpmaddwd) for CPUs without it. Both give the reference's bits.
-enum class PackedIsa { Avx512Vnni, Avx2 };
+// The kernels on the packed copy: AVX512-VNNI (vpdpbusd), AVX2 + FMA + F16C (vpmaddubsw +
+// vpmaddwd) for CPUs without it, and AMX-INT8 tiles (TDPBSUD, matmul_amx_int8.cc) for many
+// x rows on CPUs with them (cpu::matmul_q8act picks it from kAmxInt8MinRows rows; it takes
+// any T). All give the reference's bits.
+enum class PackedIsa { Avx512Vnni, Avx2, AmxInt8 };
+bool packed_amx_int8_supported();  // this CPU and process run the AMX-INT8 kernel now (amx_int8_active)
 bool packed_avx2_supported();  // this CPU runs the AVX2 kernel (and the kernel is compiled)
 
 // Bytes of w's packed copy; 0 when it cannot be packed (not ops::q8act_applies, or this CPU
@@ -25,6 +28,11 @@ int64_t q8act_packed_bytes(const ops::WeightView& w);
 // Writes w's packed copy into out [q8act_packed_bytes(w)] (64-byte aligned for speed).
 // Throws std::invalid_argument when q8act_packed_bytes(w) is 0.
 void pack_q8act(const ops::WeightView& w, void* out);
+
+// Rows from which cpu::matmul_q8act runs the AMX-INT8 kernel where it can (below them the
+// VNNI kernel: a batched decode of a few rows streams the weights, and a 16-row tile would
+// spend most of its rows on padding). Measured: see matmul_amx_int8.cc.
+constexpr int64_t kAmxInt8MinRows = 8;
 
 // x [T, K], w [N, K] with w.q8packed = its packed copy, bias [N] or null, y [T, N], on the
 // kernel `isa` (std::runtime_error when this CPU lacks it).

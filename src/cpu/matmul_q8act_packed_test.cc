@@ -3,16 +3,21 @@
 // around the 16-row groups and 32-row tasks, K odd multiples of 32, groups of 32 and larger,
 // F16 / F32 params, 1 to 9 x rows and large T, bias or none, full-scale and zero values, a
 // weight big enough for every pool thread; and the errors. Each kernel the CPU runs
-// (AVX512-VNNI, AVX2) is checked; skipped on CPUs that run neither.
+// (AVX512-VNNI, AVX2, AMX-INT8 for every T, every tile edge: 1..33 rows around the 4-row
+// float steps and 16-row tiles, odd block counts for its two-block pipeline) is checked;
+// skipped on CPUs that run none. Without AMX-INT8 the run ends with a line
+// "[ AMX      ] NOT TESTED: the AMX-INT8 kernel (<reason>)".
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "cpu/amx.h"
 #include "cpu/kernels.h"
 #include "cpu/matmul_q8act_packed.h"
 #include "cpu/matmul_q8act_vnni.h"
@@ -44,12 +49,34 @@ uint32_t bits(float f) {
   return u;
 }
 
+// Prints, after all tests, whether the AMX-INT8 kernel was exercised (GTEST_SKIP lines scroll by).
+class AmxSummary : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (detail::packed_amx_int8_supported()) std::printf("[ AMX      ] AMX-INT8 kernel tested on this CPU\n");
+    else
+      std::printf("[ AMX      ] NOT TESTED: the AMX-INT8 kernel (%s)\n",
+                  amx_status().int8 ? amx_inactive_reason().c_str()
+                                    : (amx_status().reason.empty() ? "no AMX-INT8 on this CPU" : amx_status().reason.c_str()));
+  }
+};
+[[maybe_unused]] ::testing::Environment* const g_summary = ::testing::AddGlobalTestEnvironment(new AmxSummary);
+
 // The packed kernels this CPU runs.
 std::vector<detail::PackedIsa> isas() {
   std::vector<detail::PackedIsa> v;
   if (detail::vnni_supported()) v.push_back(detail::PackedIsa::Avx512Vnni);
   if (detail::packed_avx2_supported()) v.push_back(detail::PackedIsa::Avx2);
+  if (detail::packed_amx_int8_supported()) v.push_back(detail::PackedIsa::AmxInt8);
   return v;
+}
+
+const char* isa_name(detail::PackedIsa isa) {
+  switch (isa) {
+    case detail::PackedIsa::Avx2: return "avx2";
+    case detail::PackedIsa::AmxInt8: return "amx-int8";
+    default: return "avx512vnni";
+  }
 }
 
 // Every packed kernel (and the dispatcher) == reference, bitwise.
@@ -66,7 +93,7 @@ void check_exact(const ops::testing::StoredQuant& st, const std::vector<float>& 
     detail::matmul_q8act_packed(x.data(), T, pk.view, bias, got.data(), isa);
     for (int64_t i = 0; i < T * N; ++i)
       ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)]))
-          << (isa == detail::PackedIsa::Avx2 ? "avx2" : "avx512vnni") << " t=" << i / N << " n=" << i % N << " got "
+          << isa_name(isa) << " t=" << i / N << " n=" << i % N << " got "
           << got[size_t(i)] << " want " << want[size_t(i)];
   }
 }
@@ -87,6 +114,46 @@ TEST(CpuQ8ActPacked, BitForBitTheReference) {
         check_exact(st, x, T, (N + T) % 2 ? bias.data() : nullptr);
         if (HasFatalFailure()) return;
       }
+}
+
+// The AMX-INT8 tiles' edges: T around the 4-row float steps and the 16-row tiles (and the
+// 64-row x chunks), block counts 1..5 (the two-block pipeline's odd tails), N around the
+// 16-row groups and 32-row tasks, int8 / int4, F16 / F32 params. Runs the other kernels too.
+TEST(CpuQ8ActPacked, AmxTileEdges) {
+  if (!detail::packed_amx_int8_supported()) GTEST_SKIP() << "no AMX-INT8: " << amx_inactive_reason();
+  for (DType dt : {DType::I8, DType::U4})
+    for (DType sd : {DType::F16, DType::F32})
+      for (int64_t K : {32, 64, 96, 160})
+        for (int64_t T : {1, 3, 4, 5, 8, 12, 13, 15, 16, 17, 20, 31, 32, 33, 63, 64, 65, 80})
+          for (int64_t N : {5, 16, 31, 48, 70}) {
+            SCOPED_TRACE(std::string(dtype_name(dt)) + " " + dtype_name(sd) + " K=" + std::to_string(K) +
+                         " T=" + std::to_string(T) + " N=" + std::to_string(N));
+            const auto x = random_floats(size_t(T * K), uint32_t(3 * K + T), -3.f, 3.f);
+            const auto st = store_quant(random_floats(size_t(N * K), uint32_t(N + K)), N, K, dt, 32, sd);
+            const auto bias = random_floats(size_t(N), 12);
+            check_exact(st, x, T, T % 2 ? bias.data() : nullptr);
+            if (HasFatalFailure()) return;
+          }
+}
+
+// Batch invariance across the VNNI / AMX switch: a row alone (VNNI) equals the same row in
+// calls of 2..40 rows (AMX from kAmxInt8MinRows), through the dispatcher, at any position.
+TEST(CpuQ8ActPacked, RowAloneEqualsRowInABatch) {
+  if (isas().empty()) GTEST_SKIP() << "this CPU runs no packed kernel";
+  const int64_t K = 320, N = 40;
+  for (DType dt : {DType::I8, DType::U4}) {
+    const auto st = store_quant(random_floats(size_t(N * K), 21), N, K, dt, 64, DType::F16);
+    const Packed pk(st.view());
+    const int64_t Tmax = 40;
+    const auto x = random_floats(size_t(Tmax * K), 22, -2.f, 2.f);
+    std::vector<float> alone(size_t(Tmax * N)), batch(size_t(Tmax * N));
+    for (int64_t t = 0; t < Tmax; ++t) cpu::matmul_q8act(x.data() + t * K, 1, pk.view, nullptr, alone.data() + t * N);
+    for (int64_t T : {2, 7, 8, 9, 16, 17, 33, 40}) {
+      cpu::matmul_q8act(x.data(), T, pk.view, nullptr, batch.data());
+      for (int64_t i = 0; i < T * N; ++i)
+        ASSERT_EQ(bits(batch[size_t(i)]), bits(alone[size_t(i)])) << dtype_name(dt) << " T=" << T << " i=" << i;
+    }
+  }
 }
 
 // Every int8 value -128..127 and int4 value 0..15 in the weight (the +128 flip and the
@@ -114,14 +181,15 @@ TEST(CpuQ8ActPacked, ExactOnExtremeValues) {
 }
 
 // 16389 rows (not a multiple of 16 or 32): every pool thread takes tasks, the decode
-// prefetch runs past the end; each T 1..5 equals the reference, so any split gives the same.
+// prefetch runs past the end; each T 1..5 (and 24: AMX tiles) equals the reference, so any
+// split gives the same.
 TEST(CpuQ8ActPacked, BigWeightEveryThread) {
   if (isas().empty()) GTEST_SKIP() << "this CPU runs neither packed kernel";
   const int64_t N = 16389, K = 256;
   for (DType dt : {DType::I8, DType::U4}) {
     const auto st = store_quant(random_floats(size_t(N * K), 5), N, K, dt, 32, DType::F16);
     const auto bias = random_floats(size_t(N), 6);
-    for (int64_t T = 1; T <= 5; ++T) {
+    for (int64_t T : {1, 2, 3, 4, 5, 24}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " T=" + std::to_string(T));
       check_exact(st, random_floats(size_t(T * K), uint32_t(T)), T, bias.data());
       if (HasFatalFailure()) return;
@@ -139,6 +207,15 @@ TEST(CpuQ8ActPacked, Errors) {
   std::vector<float> x(64), y(4);
   EXPECT_THROW(detail::matmul_q8act_packed(x.data(), 1, st8.view(), nullptr, y.data(), detail::PackedIsa::Avx2),
                std::invalid_argument);
+  if (!detail::packed_amx_int8_supported() && !isas().empty()) {  // asking for AMX where it is not: named
+    const Packed pk(st8.view());
+    try {
+      detail::matmul_q8act_packed(x.data(), 1, pk.view, nullptr, y.data(), detail::PackedIsa::AmxInt8);
+      ADD_FAILURE() << "no throw";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("AMX-INT8"), std::string::npos) << e.what();
+    }
+  }
   if (!isas().empty()) {
     EXPECT_EQ(detail::q8act_packed_bytes(st8.view()), 1 * 2 * (512 + 32));  // 1 group, 2 blocks, F16 params
   } else {

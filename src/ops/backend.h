@@ -47,7 +47,7 @@ struct BackendInfo {
   std::vector<std::string> compiled_targets;  // the targets compiled in
   bool force_scalar = false;
   int num_threads = 1;
-  std::string q8_kernel;  // quant_activations="q8": "avx512vnni", "avx2" or "portable-<target>"
+  std::string q8_kernel;  // quant_activations="q8": "amx-int8", "avx512vnni", "avx2" or "portable-<target>"
   std::string bf16_kernel;  // fp16_body: "amx", "avx512bf16" or "portable-<target>"
   bool amx = false;  // AMX tiles in use
   std::string amx_reason;  // why not, when amx is false

@@ -40,7 +40,7 @@ def test_packed_copies_release_the_mapped_originals(tmp_path):
 
     from tinyloop.random_model import write_random_model
 
-    if tl.cpu_info()["q8_kernel"] not in ("avx512vnni", "avx2"):
+    if tl.cpu_info()["q8_kernel"] not in ("amx-int8", "avx512vnni", "avx2"):
         pytest.skip("no packed q8 kernel on this CPU (needs AVX512-VNNI or AVX2)")
     path = str(tmp_path / "int8.tinyloop")
     write_random_model(path, "llama", seed=3, weight_dtype="int8", group=32, scale_dtype="f16",

@@ -362,7 +362,7 @@ def test_quant_activations_kwarg_env_and_errors(tmp_path, monkeypatch):
     path = _quantized_model(tmp_path, "llama", "int8", 32, "f16", max_seq_len=128)
     # The default (docs/model-format.md): q8 for int8 / int4 files where a packed q8 kernel
     # runs (x86 with AVX512-VNNI or AVX2), exact elsewhere; a float file always says f32.
-    packed = tl.cpu_info()["q8_kernel"] in ("avx512vnni", "avx2")
+    packed = tl.cpu_info()["q8_kernel"] in ("amx-int8", "avx512vnni", "avx2")
     with tl.Model(path) as model:
         assert model.config()["quant_activations"] == ("q8" if packed else "f32")
     float_path = _quantized_model(tmp_path, "llama", "f16", 32, "f16", max_seq_len=128)
@@ -506,7 +506,7 @@ def test_q8_packed_copies_are_counted_and_rows_are_batch_invariant(tmp_path, wd,
             expected -= n * k // (1 if dt == "I8" else 2) + n * (k // 32) * ps * (1 if dt == "I8" else 2)
     with tl.Model(path, quant_activations="q8") as a, tl.Model(path, quant_activations="f32") as b:
         extra = round((a.vram_usage_mb() - b.vram_usage_mb()) * 2**20)
-        if tl.cpu_info()["q8_kernel"] in ("avx512vnni", "avx2"):  # the packed kernels
+        if tl.cpu_info()["q8_kernel"] in ("amx-int8", "avx512vnni", "avx2"):  # the packed kernels
             assert extra == expected != 0
         else:
             assert extra == 0
