@@ -1,7 +1,7 @@
 // Speed of the q8-activation matmul (ops/matmul_q8act.h) on the benchmark model's shapes:
 // the packed AVX512-VNNI kernel, the row-major VNNI kernel, the Highway kernel, the exact
 // f32-activation kernel, the packed AVX2 kernel and the packed AMX-INT8 kernel (for every T,
-// where the dispatcher starts at kAmxInt8MinRows) on the same int8 / int4 weight (G = 32, F16
+// where the dispatcher starts at amx_int8_min_rows) on the same int8 / int4 weight (G = 32, F16
 // scales). They alternate in rounds, best of `reps` each, in one process (the machine is
 // shared: compare within a run, and note the load).
 //

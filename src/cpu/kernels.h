@@ -33,7 +33,7 @@ void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const flo
 int64_t q8act_packed_bytes(const ops::WeightView& w);
 void pack_q8act(const ops::WeightView& w, void* out);
 // Which kernel matmul_q8act runs on packed copies: "amx-int8" (AMX-INT8 tiles from
-// detail::kAmxInt8MinRows x rows, AVX512-VNNI below), "avx512vnni", "avx2", or (no copies made)
+// detail::amx_int8_min_rows x rows, AVX512-VNNI below), "avx512vnni", "avx2", or (no copies made)
 // "portable-<Highway target>".
 std::string q8act_kernel_name();
 // true when matmul_q8act has a packed kernel here (AVX512-VNNI or AVX2): copies are made and

@@ -217,7 +217,7 @@ void matmul_q8act(const float* x, int64_t T, const ops::WeightView& w, const flo
       // Many rows (prefill, a large batched decode) on AMX-INT8 tiles where the CPU has them:
       // the same bits as the VNNI kernel (both are the reference's), so the switch by T keeps
       // batch invariance.
-      const bool amx = *isa == detail::PackedIsa::Avx512Vnni && T >= detail::kAmxInt8MinRows &&
+      const bool amx = *isa == detail::PackedIsa::Avx512Vnni && T >= detail::amx_int8_min_rows(w.dtype == DType::U4) &&
                        detail::packed_amx_int8_supported();
       return detail::matmul_q8act_packed(x, T, w, bias, y, amx ? detail::PackedIsa::AmxInt8 : *isa);
     }

@@ -137,7 +137,7 @@ TEST(CpuQ8ActPacked, AmxTileEdges) {
 }
 
 // Batch invariance across the VNNI / AMX switch: a row alone (VNNI) equals the same row in
-// calls of 2..40 rows (AMX from kAmxInt8MinRows), through the dispatcher, at any position.
+// calls of 2..40 rows (AMX from amx_int8_min_rows), through the dispatcher, at any position.
 TEST(CpuQ8ActPacked, RowAloneEqualsRowInABatch) {
   if (isas().empty()) GTEST_SKIP() << "this CPU runs no packed kernel";
   const int64_t K = 320, N = 40;
