@@ -34,7 +34,7 @@ def test_thread_count_setting(restore_cpu_settings):
     assert info["simd_target"] in info["compiled_targets"]
     assert info["force_scalar"] is False
     # The q8 kernel: a packed one (AVX512-VNNI, AVX2), or the Highway one of the target in use.
-    assert info["q8_kernel"] in ("avx512vnni", "avx2", "portable-" + info["simd_target"])
+    assert info["q8_kernel"] in ("amx-int8", "avx512vnni", "avx2", "portable-" + info["simd_target"])
     # The bf16 body's kernel; AMX exactly when the CPU has it (and nothing turned it off).
     assert info["bf16_kernel"] in ("amx", "avx512bf16", "portable-" + info["simd_target"])
     has_amx = "amx_bf16" in open("/proc/cpuinfo").read()
