@@ -54,7 +54,11 @@ void q8_case(const char* what, int64_t T, int64_t K, int64_t N, DType dt, int re
       [&] { cpu::detail::matmul_q8act_packed(x.data(), T, wp, nullptr, y.data(), cpu::detail::PackedIsa::Avx2); },
       [&] { cpu::detail::matmul_q8act_packed(x.data(), T, wp, nullptr, y.data(), cpu::detail::PackedIsa::AmxInt8); }};
   // Which run: the VNNI-based ones need VNNI (the packed copy), pk-avx2 AVX2, pk-amx AMX-INT8.
-  const bool on[6] = {vnni, vnni, true, true, vnni && cpu::detail::packed_avx2_supported(),
+  const bool on[6] = {vnni,
+                      vnni,
+                      true,
+                      true,
+                      vnni && cpu::detail::packed_avx2_supported(),
                       vnni && cpu::detail::packed_amx_int8_supported()};
   double wall[6], cpu_s[6];
   std::fill(wall, wall + 6, 1e30), std::fill(cpu_s, cpu_s + 6, 1e30);

@@ -175,7 +175,8 @@ TINYLOOP_AMX_BF16 void block32(const uint32_t* xp, int64_t ldx, int64_t K2, cons
 TINYLOOP_AVX512BW inline __m512i round16(__m512i u) {
   const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), hi = _mm512_maskz_srli_epi32(0xffff, u, 16);
   const __m512i odd = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-  __m512i r = _mm512_maskz_srli_epi32(0xffff, _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
+  __m512i r =
+      _mm512_maskz_srli_epi32(0xffff, _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
   r = _mm512_mask_or_epi32(r, _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000)), hi,
                            _mm512_set1_epi32(0x40));  // nan: stays a quiet nan
   return _mm512_mask_and_epi32(r, _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x00800000)), hi,
@@ -189,8 +190,7 @@ TINYLOOP_AVX512BW inline void pair32(__m512i u0, __m512i u1, uint32_t* out) {
 }
 TINYLOOP_AVX512BW void round_row_avx512(const float* x, int64_t K, uint32_t* out, int64_t ld) {
   int64_t i = 0;  // floats
-  for (; i + 32 <= K; i += 32)
-    pair32(_mm512_loadu_si512(x + i), _mm512_loadu_si512(x + i + 16), out + i / 2);
+  for (; i + 32 <= K; i += 32) pair32(_mm512_loadu_si512(x + i), _mm512_loadu_si512(x + i + 16), out + i / 2);
   if (i < K) {  // masked loads: the lanes past K read +0, which rounds to the zero pairs
     const int64_t n = K - i;
     const __mmask16 m0 = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1),

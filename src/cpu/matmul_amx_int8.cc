@@ -83,15 +83,15 @@ TL_AMX_INT8 void release_tiles() { _tile_release(); }
 // GCC 12's tile intrinsics have no memory clobber: the barriers keep the vector loads of
 // out after the store (and the unpacked int4 scratch's stores before the load).
 // (GCC's tile intrinsics are macros that paste the register number into the asm: literals.)
-#define TL_BLOCK_SUMS(S, A, B)                                                                         \
+#define TL_BLOCK_SUMS(S, A, B)                                                                          \
   TL_AMX_INT8 inline void block_sums##S(const int8_t* a, int64_t lda, const uint8_t* b, int32_t* out) { \
-    __asm__ volatile("" ::: "memory");                                                                 \
-    _tile_zero(S);                                                                                     \
-    _tile_loadd(A, a, lda);                                                                            \
-    _tile_loadd(B, b, kQuadBytes);                                                                     \
-    _tile_dpbsud(S, A, B);                                                                             \
-    _tile_stored(S, out, kQuadBytes);                                                                  \
-    __asm__ volatile("" ::: "memory");                                                                 \
+    __asm__ volatile("" ::: "memory");                                                                  \
+    _tile_zero(S);                                                                                      \
+    _tile_loadd(A, a, lda);                                                                             \
+    _tile_loadd(B, b, kQuadBytes);                                                                      \
+    _tile_dpbsud(S, A, B);                                                                              \
+    _tile_stored(S, out, kQuadBytes);                                                                   \
+    __asm__ volatile("" ::: "memory");                                                                  \
   }
 TL_BLOCK_SUMS(0, 2, 4)
 TL_BLOCK_SUMS(1, 3, 5)

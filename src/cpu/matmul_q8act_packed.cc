@@ -360,9 +360,9 @@ void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, co
         "q8 activations: the packed kernel needs an int8/int4 weight with a group "
         "that is a multiple of 32");
   if (isa == PackedIsa::AmxInt8 && !packed_amx_int8_supported())
-    throw std::runtime_error("q8 activations: no AMX-INT8 kernel here (" +
-                             (amx_inactive_reason().empty() ? std::string("no AMX-INT8 on this CPU") : amx_inactive_reason()) +
-                             ")");
+    throw std::runtime_error(
+        "q8 activations: no AMX-INT8 kernel here (" +
+        (amx_inactive_reason().empty() ? std::string("no AMX-INT8 on this CPU") : amx_inactive_reason()) + ")");
   if (isa == PackedIsa::Avx2 ? !packed_avx2_supported() : !vnni_supported())
     throw std::runtime_error(std::string("q8 activations: this CPU has no ") +
                              (isa == PackedIsa::Avx2 ? "AVX2 + FMA + F16C" : "AVX512-VNNI"));
@@ -384,8 +384,7 @@ void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, co
   thread_local std::vector<int32_t> corr, qsum;  // [Tp, nb], [nb]
   const int64_t nb = c.nb;
   if (xq.size() < size_t(Tp * K)) xq.resize(size_t(Tp * K));
-  if (dx.size() < size_t(Tp * nb))
-    dx.resize(size_t(Tp * nb)), sx.resize(size_t(Tp * nb)), corr.resize(size_t(Tp * nb));
+  if (dx.size() < size_t(Tp * nb)) dx.resize(size_t(Tp * nb)), sx.resize(size_t(Tp * nb)), corr.resize(size_t(Tp * nb));
   if (amax.size() < size_t(nb)) amax.resize(size_t(nb)), qsum.resize(size_t(nb));
   if (Tp > T) {
     std::fill(xq.begin() + T * K, xq.begin() + Tp * K, int8_t{0});

@@ -56,8 +56,9 @@ class AmxSummary : public ::testing::Environment {
     if (detail::packed_amx_int8_supported()) std::printf("[ AMX      ] AMX-INT8 kernel tested on this CPU\n");
     else
       std::printf("[ AMX      ] NOT TESTED: the AMX-INT8 kernel (%s)\n",
-                  amx_status().int8 ? amx_inactive_reason().c_str()
-                                    : (amx_status().reason.empty() ? "no AMX-INT8 on this CPU" : amx_status().reason.c_str()));
+                  amx_status().int8
+                      ? amx_inactive_reason().c_str()
+                      : (amx_status().reason.empty() ? "no AMX-INT8 on this CPU" : amx_status().reason.c_str()));
   }
 };
 [[maybe_unused]] ::testing::Environment* const g_summary = ::testing::AddGlobalTestEnvironment(new AmxSummary);
@@ -93,8 +94,8 @@ void check_exact(const ops::testing::StoredQuant& st, const std::vector<float>& 
     detail::matmul_q8act_packed(x.data(), T, pk.view, bias, got.data(), isa);
     for (int64_t i = 0; i < T * N; ++i)
       ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)]))
-          << isa_name(isa) << " t=" << i / N << " n=" << i % N << " got "
-          << got[size_t(i)] << " want " << want[size_t(i)];
+          << isa_name(isa) << " t=" << i / N << " n=" << i % N << " got " << got[size_t(i)] << " want "
+          << want[size_t(i)];
   }
 }
 

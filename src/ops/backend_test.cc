@@ -84,7 +84,8 @@ TEST(Backend, ForceScalarIsReportedAndLeavesOtherSettingsAlone) {
   EXPECT_FALSE(i.simd_target.empty());
   ASSERT_FALSE(i.compiled_targets.empty());
   EXPECT_FALSE(i.q8_kernel.empty());
-  EXPECT_EQ(q8act_is_fast(), i.q8_kernel == "amx-int8" || i.q8_kernel == "avx512vnni" || i.q8_kernel == "avx2") << i.q8_kernel;
+  EXPECT_EQ(q8act_is_fast(), i.q8_kernel == "amx-int8" || i.q8_kernel == "avx512vnni" || i.q8_kernel == "avx2")
+      << i.q8_kernel;
   EXPECT_EQ(i.amx, i.amx_reason.empty());
   configure_backend(threads(0));
   configure_backend(scalar(was));
