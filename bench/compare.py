@@ -359,7 +359,7 @@ def torch_setup(args, tl, path: str, loops: int, n_ctx: int):
         return TorchPeer(tl, path, {}, dtype, loops, n_ctx, args.torch_dtype)
     same = {d: bench.bench_model_path(d, args.cache_dir) for d in args.torch_dtype}
     return TorchPeer(tl, bench.bench_model_path("f32", args.cache_dir), same, "f16", loops, n_ctx,
-                     args.torch_dtype)
+                     args.torch_dtype, fp16_body=args.fp16_body)
 
 
 def read_header_loops(path: str) -> int:

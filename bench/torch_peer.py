@@ -15,6 +15,10 @@ torch.ao.quantization.quantize_dynamic on every nn.Linear (the head included) wi
 per-channel int8 weights, activations quantized per call (fbgemm, VNNI on x86). TinyLoop's
 same-weights row then runs its int8 benchmark model (groups of 32) with
 quant_activations="q8": int8 weights and int8 activations on both sides.
+
+With compare.py --fp16-body, each float dtype's TinyLoop model also runs with
+fp16_body=True (every layer's matmuls in bf16, AMX tiles where the CPU has them) in a row of
+its own, the arithmetic closest to PyTorch's BF16 (which runs everything in bf16 on oneDNN).
 """
 from __future__ import annotations
 
@@ -157,10 +161,11 @@ class TorchPeer:
 
     tl: the tinyloop_py module; torch_src: the .tinyloop model PyTorch gets its weights from;
     same: {dtype: TinyLoop model of that dtype} ({}: only the main model); main_dtype: the
-    main model's dtype ("f16"), whose samples compare.py already takes."""
+    main model's dtype ("f16"), whose samples compare.py already takes; fp16_body: also run
+    each float dtype's TinyLoop model with fp16_body=True."""
 
     def __init__(self, tl, torch_src: str, same: dict, main_dtype: str, loops: int, n_ctx: int,
-                 dtypes: list[str]):
+                 dtypes: list[str], fp16_body: bool = False):
         import torch
         import transformers
 
@@ -172,6 +177,8 @@ class TorchPeer:
         self.main_dtype = main_dtype
         self.same = {d: tl.Model(p, max_seq_len=n_ctx, **tinyloop_kwargs(d))
                      for d, p in same.items() if d != main_dtype}
+        self.body = {d: tl.Model(p, max_seq_len=n_ctx, fp16_body=True)
+                     for d, p in same.items() if fp16_body and d in ("f32", "bf16", "f16")}
         self.rows = []  # (threads, test, {label: samples})
         # Both sides run the same function: logits of a short prompt, PyTorch in its first
         # dtype against TinyLoop on the model the weights came from.
@@ -187,24 +194,33 @@ class TorchPeer:
 
     def pp(self, n: int, loops: int, vocab: int, rep: int) -> dict:
         got = {}
+        if n <= 0:
+            return got  # -p 0: no pp rows
         for d, m in self.same.items():
             got[f"tl_{d}_pp"] = bench.run_pp(m, n, loops, vocab, rep)
+        for d, m in self.body.items():
+            got[f"tlb_{d}_pp"] = bench.run_pp(m, n, loops, vocab, rep)
         for d, m in self.models.items():
             got[f"pt_{d}_pp"] = torch_pp(m, n, vocab, rep)
         return got
 
     def tg(self, n: int, loops: int, vocab: int, rep: int) -> dict:
         got = {}
+        if n <= 0:
+            return got  # -n 0: no tg rows
         for d, m in self.same.items():
             got[f"tl_{d}_tg"] = bench.run_tg(m, n, 0, loops, vocab, rep)
+        for d, m in self.body.items():
+            got[f"tlb_{d}_tg"] = bench.run_tg(m, n, 0, loops, vocab, rep)
         for d, m in self.models.items():
             got[f"pt_{d}_tg"] = torch_tg(m, n, vocab, rep)
         return got
 
     def collect(self, threads: int, args, s: dict) -> None:
-        for test, k in ((f"pp{args.n_prompt}", "pp"), (f"tg{args.n_gen}", "tg")):
-            self.rows.append((threads, test, {key[:-3]: v for key, v in s.items()
-                                              if key.endswith("_" + k)}))
+        for test, k, n in ((f"pp{args.n_prompt}", "pp", args.n_prompt), (f"tg{args.n_gen}", "tg", args.n_gen)):
+            if n > 0:
+                self.rows.append((threads, test, {key[:-3]: v for key, v in s.items()
+                                                  if key.endswith("_" + k)}))
 
     def report(self, tl, path: str, loops: int, args) -> None:
         import statistics
@@ -238,3 +254,7 @@ class TorchPeer:
                         line += " | |"
                 line += f" {tl_m:.2f} ± {tl_s:.2f} | {tl_m / pm:.2f} |"
                 print(line)
+                if f"tlb_{d}" in s:  # the same weights with fp16_body=True
+                    m2, s2 = ms(s[f"tlb_{d}"])
+                    print(f"| {th} | {test} | {d.upper()}, TinyLoop bf16 body | {pm:.2f} ± {psd:.2f} |"
+                          f" {m2:.2f} ± {s2:.2f} | {m2 / pm:.2f} | {tl_m:.2f} ± {tl_s:.2f} | {tl_m / pm:.2f} |")

@@ -101,9 +101,10 @@ Model(path, max_seq_len=None, kv_mode=None, quant_activations=None, fp16_body=No
     per 32 columns with integer dot products, as llama.cpp does; "f32" keeps them exact.
     Default: TINYLOOP_QUANT_ACTIVATIONS, else "q8" for a file with int8 / int4 weights
     (several times faster for a few 1e-5 nats of KL; docs/model-format.md), else "f32".
-  fp16_body: True runs the loop body's float (F32 / F16 / BF16) matmuls in reduced precision:
-    inputs rounded to bf16, a packed BF16 copy of those weights (extra memory, counted in
-    vram_usage_mb), float32 sums (docs/benchmarks.md "Reduced-precision loop body").
+  fp16_body: True runs the layers' float (F32 / F16 / BF16) matmuls - pre, loop and post
+    blocks; not the head - in reduced precision: inputs rounded to bf16, a packed BF16 copy
+    of those weights (extra memory, counted in vram_usage_mb), float32 sums, AMX tiles on
+    CPUs that have them (docs/benchmarks.md "Reduced-precision loop body").
     TINYLOOP_EXPERIMENTAL_FP16_BODY=1 sets the default.
   use_mmap: True (default) maps the file: fast to open, weights shared with the page cache,
     but truncating the file while the model is open kills the process (SIGBUS) and rewriting

@@ -19,7 +19,7 @@ LoopedModel::LoopedModel(std::shared_ptr<const ModelFile> file, bool q8act, bool
     q8_tracked_ = TrackedBytes(&memory_, q8_copies_.bytes);
   }
   if (fp16_body) {
-    bf16_copies_ = ops::make_bf16dot_copies(loop_body_views(w_));
+    bf16_copies_ = ops::make_bf16dot_copies(layer_views(w_));
     bf16_tracked_ = TrackedBytes(&memory_, bf16_copies_.bytes);
   }
   release_copied_originals();

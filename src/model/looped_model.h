@@ -25,8 +25,9 @@ enum class LogitRows { Last, All };
 class LoopedModel {
  public:
   // q8act: int8 activations for the int8/int4 weight matmuls (quant_activations="q8",
-  // set_q8act); fp16_body: the loop body's float weights take the bf16 dot-product arithmetic
-  // (TINYLOOP_EXPERIMENTAL_FP16_BODY, ops/matmul_bf16dot.h). For both the backend makes
+  // set_q8act); fp16_body: the float weights of the pre, loop and post layers take the bf16
+  // dot-product arithmetic (TINYLOOP_EXPERIMENTAL_FP16_BODY, ops/matmul_bf16dot.h;
+  // weights.h layer_views). For both the backend makes
   // copies of the weights in its kernels' layouts (ops/backend.h), counted in memory(). Both
   // fixed for the model's lifetime.
   explicit LoopedModel(std::shared_ptr<const ModelFile> file, bool q8act = false, bool fp16_body = false);

@@ -136,10 +136,11 @@ std::vector<ops::WeightView*> matmul_views(ModelWeights& w) {
   return v;
 }
 
-std::vector<ops::WeightView*> loop_body_views(ModelWeights& w) {
+std::vector<ops::WeightView*> layer_views(ModelWeights& w) {
   std::vector<ops::WeightView*> v;
-  for (LayerWeights& L : w.loop)
-    for (Linear* l : {&L.wqkv, &L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) v.push_back(&l->w);
+  for (auto* layers : {&w.pre, &w.loop, &w.post})
+    for (LayerWeights& L : *layers)
+      for (Linear* l : {&L.wqkv, &L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) v.push_back(&l->w);
   v.push_back(&w.inject.w);
   return v;
 }

@@ -1,4 +1,4 @@
-// EngineOptions::fp16_body (TINYLOOP_EXPERIMENTAL_FP16_BODY): the loop body's float weights
+// EngineOptions::fp16_body (TINYLOOP_EXPERIMENTAL_FP16_BODY): the layers' float weights
 // get packed BF16 copies (counted in memory_mb instead of the originals) and its matmuls take the bf16 dot-product
 // path, which changes the logits slightly and keeps batch invariance: decode through the
 // cache gives the scoring forward's rows bit for bit. Runs under the sanitizers with the
@@ -19,16 +19,18 @@ namespace {
 
 ModelConfig config() {
   ModelConfig c = testing::small_runtime_config();
+  c.n_pre_blocks = c.n_post_blocks = 1;  // their layers get copies too
   c.ffn_dim = 70;  // not a multiple of the 64-column panel
   c.inject = Inject::LinearConcat;
   return c;
 }
 
-// Bytes of the copies: Q, K, V, O, gate, up, down of each loop layer and the inject.
+// Bytes of the copies: Q, K, V, O, gate, up, down of each pre, loop and post layer and the
+// inject.
 int64_t expected_copy_bytes(const ModelConfig& c) {
   const int64_t D = c.dim, F = c.ffn_dim, q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
   int64_t words = 0;
-  for (int64_t l = 0; l < c.n_loop_layers; ++l)
+  for (int64_t l = 0; l < c.n_pre_blocks + c.n_loop_layers + c.n_post_blocks; ++l)
     for (auto [n, k] : {std::pair{q, D}, {kv, D}, {kv, D}, {D, q}, {F, D}, {F, D}, {D, F}})
       words += ops::bf16dot_packed_words(n, k);
   return 4 * (words + ops::bf16dot_packed_words(D, 2 * D));
@@ -39,7 +41,7 @@ int64_t expected_copy_bytes(const ModelConfig& c) {
 int64_t expected_original_bytes(const ModelConfig& c, int64_t elem) {
   const int64_t D = c.dim, F = c.ffn_dim, q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
   int64_t n_weights = D * 2 * D;  // the inject
-  for (int64_t l = 0; l < c.n_loop_layers; ++l)
+  for (int64_t l = 0; l < c.n_pre_blocks + c.n_loop_layers + c.n_post_blocks; ++l)
     for (auto [n, k] : {std::pair{q, D}, {kv, D}, {kv, D}, {D, q}, {F, D}, {F, D}, {D, F}}) n_weights += n * k;
   return elem * n_weights;
 }

@@ -1,4 +1,4 @@
-"""The reduced-precision loop body (Model(fp16_body=True) / TINYLOOP_EXPERIMENTAL_FP16_BODY=1,
+"""The reduced-precision layers (Model(fp16_body=True) / TINYLOOP_EXPERIMENTAL_FP16_BODY=1,
 ops/matmul_bf16dot.h): it really takes the other path (logits differ, within a KL bound of
 the float32 body), its weight copies are counted (instead of the originals they replace),
 int8 weights are left alone, the env and kwarg select it, and it keeps batch invariance (a
@@ -24,11 +24,16 @@ def log_softmax(z):
     return z - m - np.log(np.exp(z - m).sum(-1, keepdims=True))
 
 
+def n_layers(cfg):
+    return cfg["n_pre_blocks"] + cfg["n_loop_layers"] + cfg["n_post_blocks"]
+
+
 def copy_bytes(cfg, dtypes_float=True):
-    """Bytes of the packed copies: the loop layers' matmuls and the linear_concat inject."""
+    """Bytes of the packed copies: the pre, loop and post layers' matmuls and the linear_concat
+    inject."""
     D, F = cfg["dim"], cfg["ffn_dim"]
     q, kv = cfg["n_heads"] * cfg["head_dim"], cfg["n_kv_heads"] * cfg["head_dim"]
-    shapes = [(q, D), (kv, D), (kv, D), (D, q), (F, D), (F, D), (D, F)] * cfg["n_loop_layers"]
+    shapes = [(q, D), (kv, D), (kv, D), (D, q), (F, D), (F, D), (D, F)] * n_layers(cfg)
     if cfg["inject"] == "linear_concat":
         shapes.append((D, 2 * D))
     return sum(-(-n // 64) * 64 * -(-k // 2) * 4 for n, k in shapes)
@@ -40,11 +45,12 @@ def original_bytes(path, cfg):
     from tinyloop.bench import read_header
 
     elem = {"F32": 4, "F16": 2, "BF16": 2}
-    dt = {v["dtype"] for k, v in read_header(path).items() if k.startswith("loop.") and len(v["shape"]) == 2}
+    dt = {v["dtype"] for k, v in read_header(path).items()
+          if k.split(".")[0] in ("pre", "loop", "post") and len(v["shape"]) == 2}
     assert len(dt) == 1, dt
     D, F = cfg["dim"], cfg["ffn_dim"]
     q, kv = cfg["n_heads"] * cfg["head_dim"], cfg["n_kv_heads"] * cfg["head_dim"]
-    n = (q * D + 2 * kv * D + D * q + 3 * F * D) * cfg["n_loop_layers"]
+    n = (q * D + 2 * kv * D + D * q + 3 * F * D) * n_layers(cfg)
     if cfg["inject"] == "linear_concat":
         n += D * 2 * D
     return elem[dt.pop()] * n
