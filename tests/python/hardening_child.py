@@ -13,6 +13,18 @@ _PYTHON_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident set in MiB, from Linux's VmHWM. Not getrusage's ru_maxrss:
+    that survives exec, so a child forked from a big pytest process (models loaded, torch
+    imported) starts with the parent's peak and an RSS bound on the child could not fail or
+    would fail for nothing."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 @dataclass
 class ChildResult:
     rc: int

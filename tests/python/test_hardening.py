@@ -143,7 +143,8 @@ def test_json_object_deep_dict_is_refused_not_a_stack_overflow():
 def test_json_object_nested_arrays_refused_before_memory_blows_up():
     # Each array level writes its item pattern twice: 18 levels once took 1.4 GB.
     r = run_child("""
-        import resource, time, tinyloop_py as tl
+        import time, tinyloop_py as tl
+        from hardening_child import peak_rss_mb
         s = "string"
         for _ in range(18):
             s = [s]
@@ -153,7 +154,7 @@ def test_json_object_nested_arrays_refused_before_memory_blows_up():
         except ValueError as e:
             print("REFUSED", e)
         print("SECONDS", time.time() - t)
-        print("MAXRSS_MB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        print("MAXRSS_MB", peak_rss_mb())
     """, mem_limit_bytes=1 << 30)
     assert r.rc == 0 and "REFUSED" in r.out and "exceeds 1048576 bytes" in r.out, r.describe()
     rss = float(r.out.split("MAXRSS_MB")[1].split()[0])

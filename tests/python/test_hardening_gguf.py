@@ -85,17 +85,18 @@ def _convert_in_child(src: str, dst: str):
     """Convert in a child capped at 3 GB of address space; returns (result, peak RSS growth
     in MiB during the conversion, seconds)."""
     r = run_child("""
-        import resource, sys, time
+        import sys, time
         from tinyloop.convert import convert
+        from hardening_child import peak_rss_mb
         import gguf, numpy  # imported before the baseline
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        base = peak_rss_mb()
         t = time.time()
         try:
             convert(sys.argv[1], sys.argv[2], progress=False)
             print("CONVERTED")
         except ValueError as e:
             print("REFUSED", e)
-        print("GROWTH_MB", (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024)
+        print("GROWTH_MB", peak_rss_mb() - base)
         print("SECONDS", time.time() - t)
     """, args=[src, dst], timeout=120, mem_limit_bytes=3 << 30)
     assert r.rc == 0, r.describe()
@@ -253,9 +254,9 @@ def test_mutated_gguf_files_are_refused_or_converted():
                 outcomes["refused"] += 1
             if os.path.exists(out):
                 os.unlink(out)
-        import resource
+        from hardening_child import peak_rss_mb
         print("OUTCOMES", dict(outcomes))
-        print("MAXRSS_MB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        print("MAXRSS_MB", peak_rss_mb())
     """, timeout=300, mem_limit_bytes=3 << 30)
     assert r.rc == 0, r.describe()  # any other exception, a crash or a blow-up fails here
     assert "refused" in r.out and "converted" in r.out, r.out
