@@ -125,11 +125,7 @@ ModelWeights bind_weights(const ModelFile& f) {
 
 // Every matmul weight view of the model (linears, inject, exit gate, head), once each.
 std::vector<ops::WeightView*> matmul_views(ModelWeights& w) {
-  std::vector<ops::WeightView*> v;
-  for (auto* layers : {&w.pre, &w.loop, &w.post})
-    for (LayerWeights& L : *layers)
-      for (Linear* l : {&L.wqkv, &L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) v.push_back(&l->w);
-  v.push_back(&w.inject.w);
+  std::vector<ops::WeightView*> v = layer_views(w);  // the layers' linears and the inject
   v.push_back(&w.post_loop_proj.w);
   v.push_back(&w.exit_gate.w);
   v.push_back(&w.head);
