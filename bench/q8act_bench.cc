@@ -38,10 +38,12 @@ void q8_case(const char* what, int64_t T, int64_t K, int64_t N, DType dt, int re
   const auto x = ops::testing::random_floats(size_t(T * K), 2);  // [T, K]
   std::vector<float> y(size_t(T * N));  // [T, N]
   const bool vnni = cpu::detail::vnni_supported();
-  // The packed copy (cpu/matmul_q8act_packed.h), 64-byte aligned.
-  std::vector<uint8_t> packed(size_t(vnni ? cpu::detail::q8act_packed_bytes(w) + 64 : 0));
+  const bool avx2 = cpu::detail::packed_avx2_supported();
+  // The packed copy (cpu/matmul_q8act_packed.h), 64-byte aligned: VNNI or AVX2 CPUs.
+  const bool packs = vnni || avx2;
+  std::vector<uint8_t> packed(size_t(packs ? cpu::detail::q8act_packed_bytes(w) + 64 : 0));
   ops::WeightView wp = w;
-  if (vnni) {
+  if (packs) {
     wp.q8packed = packed.data() + (64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64;
     cpu::detail::pack_q8act(w, const_cast<uint8_t*>(wp.q8packed));
   }
@@ -53,13 +55,9 @@ void q8_case(const char* what, int64_t T, int64_t K, int64_t N, DType dt, int re
       [&] { cpu::matmul(x.data(), T, w, nullptr, y.data()); },
       [&] { cpu::detail::matmul_q8act_packed(x.data(), T, wp, nullptr, y.data(), cpu::detail::PackedIsa::Avx2); },
       [&] { cpu::detail::matmul_q8act_packed(x.data(), T, wp, nullptr, y.data(), cpu::detail::PackedIsa::AmxInt8); }};
-  // Which run: the VNNI-based ones need VNNI (the packed copy), pk-avx2 AVX2, pk-amx AMX-INT8.
-  const bool on[6] = {vnni,
-                      vnni,
-                      true,
-                      true,
-                      vnni && cpu::detail::packed_avx2_supported(),
-                      vnni && cpu::detail::packed_amx_int8_supported()};
+  // Which run: the VNNI-based ones need VNNI, pk-avx2 AVX2 (both on the packed copy), pk-amx
+  // AMX-INT8.
+  const bool on[6] = {vnni, vnni, true, true, avx2, vnni && cpu::detail::packed_amx_int8_supported()};
   double wall[6], cpu_s[6];
   std::fill(wall, wall + 6, 1e30), std::fill(cpu_s, cpu_s + 6, 1e30);
   for (int round = 0; round < 3; ++round)  // the kernels alternate: best of each over rounds

@@ -142,68 +142,122 @@ HWY_INLINE void XRows(const detail::MatmulArgs& a, int64_t t0, int64_t mt, const
 // (GCC drops a non-inlined prefetch helper's body when called from Highway code).
 constexpr int64_t kFusedPrefetchBytes = 16384;
 
-// One weight row against MR rows of x (out[i] = dot(x_i, w), the per-element arithmetic at
-// the top: one accumulator per x row, vectors in k order, the tail zero-padded).
-// kPrefetch: also prefetches the weight bytes kFusedPrefetchBytes past each 64-byte step
+// Weight rows side by side in the fused path, so that MR * R independent FMA chains run at
+// once (R = FusedRowsFor(MR)). One output element is still one chain (the arithmetic at the
+// top), so R changes only the speed. With 16 float lanes (AVX-512) a 64-byte line of F16 is
+// 2 FMAs of one chain, and one row at a time streams fastest: on the EPYC Zen 5 4 rows side
+// by side read 36-42 GB/s from memory against 48-51 for one ("Decode weight streams" in
+// docs/benchmarks.md). With 8 lanes (AVX2) a line is 4 dependent FMAs, 16 cycles at Zen 3's
+// 4-cycle latency, so narrower targets run 4 chains. EPYC Zen 3 (family 25 model 1), one
+// thread, 2026-12-07: the loop block re-read (`TINYLOOP_BENCH_LOOP_BLOCK=1
+// cpu_kernels_bench`) 12.9-14.1 GB/s with one chain, 11.9-19.6 with 2, 15.3-21.7 with 4;
+// engine tg, the bundled model (cache-resident) 376-409 t/s one / 437-516 two / 575-745
+// four chains; the benchmark model (304 MB a token from DRAM, ~14 GB/s either way) 41-45 /
+// 45-48 / 44-47, the same within the noise.
+constexpr int kFusedChains = hn::MaxLanes(hn::ScalableTag<float>()) >= 16 ? 1 : 4;
+template <int MR>
+constexpr int FusedRowsFor() {
+  return std::max(1, kFusedChains / MR);
+}
+
+// R weight rows against MR rows of x (out[r * MR + i] = dot(x_i, w_r), the per-element
+// arithmetic at the top: one accumulator per (row, x row), vectors in k order, the tail
+// zero-padded). MR * R <= 4.
+// kPrefetch: also prefetches each row's bytes kFusedPrefetchBytes past each 64-byte step
 // (the caller checks they lie inside its range). The k loop goes a cache line of weights
 // a step (U vectors) so that there is one prefetch a line: a prefetch every vector of F16
 // measured 15-20 % slower on cache-resident rows (its extra instructions), one a line cost
 // nothing there.
 //   x   MR row pointers, each [K] float
-//   w   [K] of WT
-//   out [MR]
-template <int MR, bool kPrefetch, typename WT>
-HWY_INLINE void FusedDot(const float* const* HWY_RESTRICT x, const WT* HWY_RESTRICT w, size_t K,
+//   w   [R, ld] of WT: rows w, w + ld, ..., each [K]
+//   out [R * MR]
+template <int MR, int R, bool kPrefetch, typename WT>
+HWY_INLINE void FusedDot(const float* const* HWY_RESTRICT x, const WT* HWY_RESTRICT w, size_t ld, size_t K,
                          float* HWY_RESTRICT out) {
-  static_assert(MR >= 1 && MR <= 4, "up to 4 x rows");
+  static_assert(MR >= 1 && R >= 1 && MR * R <= 4, "up to 4 chains");
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const size_t L = hn::Lanes(df);
   // Vectors a cache line of weights spans (at least 1): 2 for F16 / BF16 on AVX-512.
   constexpr size_t kU = std::max<size_t>(1, 64 / (hn::MaxLanes(hn::ScalableTag<float>()) * sizeof(WT)));
+  // Chain c = r * MR + i: weight row r, x row i. Named, not an array (see DotTile).
   V a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
+  // One vector of every chain at k: xv(i) the x rows' vectors, wv(r) the weight rows'.
+  const auto fma_all = [&](const auto& xv, const auto& wv) HWY_ATTR {
+    a0 = hn::MulAdd(xv(0), wv(0), a0);
+    if constexpr (MR * R > 1) a1 = hn::MulAdd(xv(1 % MR), wv(1 / MR), a1);
+    if constexpr (MR * R > 2) a2 = hn::MulAdd(xv(2 % MR), wv(2 / MR), a2);
+    if constexpr (MR * R > 3) a3 = hn::MulAdd(xv(3 % MR), wv(3 / MR), a3);
+  };
   const auto step = [&](size_t k) HWY_ATTR {
-    const V wv = LoadF32(df, w + k);
-    a0 = hn::MulAdd(hn::LoadU(df, x[0] + k), wv, a0);
-    if constexpr (MR > 1) a1 = hn::MulAdd(hn::LoadU(df, x[1] + k), wv, a1);
-    if constexpr (MR > 2) a2 = hn::MulAdd(hn::LoadU(df, x[2] + k), wv, a2);
-    if constexpr (MR > 3) a3 = hn::MulAdd(hn::LoadU(df, x[3] + k), wv, a3);
+    const V w0 = LoadF32(df, w + k);
+    const V w1 = R > 1 ? LoadF32(df, w + ld + k) : w0;
+    const V w2 = R > 2 ? LoadF32(df, w + 2 * ld + k) : w0;
+    const V w3 = R > 3 ? LoadF32(df, w + 3 * ld + k) : w0;
+    const V x0 = hn::LoadU(df, x[0] + k);
+    const V x1 = MR > 1 ? hn::LoadU(df, x[1] + k) : x0;
+    const V x2 = MR > 2 ? hn::LoadU(df, x[2] + k) : x0;
+    const V x3 = MR > 3 ? hn::LoadU(df, x[3] + k) : x0;
+    fma_all([&](int i) HWY_ATTR { return i == 0   ? x0
+                                         : i == 1 ? x1
+                                         : i == 2 ? x2
+                                                  : x3; },
+            [&](int r) HWY_ATTR {
+              return r == 0 ? w0 : r == 1 ? w1 : r == 2 ? w2 : w3;
+            });
   };
   size_t k = 0;
   if (L * kU * sizeof(WT) <= 64) {  // always on x86 targets (L is MaxLanes there)
     for (; k + kU * L <= K; k += kU * L) {
-      if constexpr (kPrefetch) __builtin_prefetch(reinterpret_cast<const char*>(w + k) + kFusedPrefetchBytes, 0, 2);
+      if constexpr (kPrefetch) {
+        const char* p = reinterpret_cast<const char*>(w + k) + kFusedPrefetchBytes;
+        __builtin_prefetch(p, 0, 2);
+        if constexpr (R > 1) __builtin_prefetch(p + ld * sizeof(WT), 0, 2);
+        if constexpr (R > 2) __builtin_prefetch(p + 2 * ld * sizeof(WT), 0, 2);
+        if constexpr (R > 3) __builtin_prefetch(p + 3 * ld * sizeof(WT), 0, 2);
+      }
       for (size_t u = 0; u < kU; ++u) step(k + u * L);
     }
   }
   for (; k + L <= K; k += L) step(k);
   if (k < K) {
     const size_t rem = K - k;
-    const V wv = LoadF32Tail(df, w + k, rem);
-    a0 = hn::MulAdd(LoadF32Tail(df, x[0] + k, rem), wv, a0);
-    if constexpr (MR > 1) a1 = hn::MulAdd(LoadF32Tail(df, x[1] + k, rem), wv, a1);
-    if constexpr (MR > 2) a2 = hn::MulAdd(LoadF32Tail(df, x[2] + k, rem), wv, a2);
-    if constexpr (MR > 3) a3 = hn::MulAdd(LoadF32Tail(df, x[3] + k, rem), wv, a3);
+    const V w0 = LoadF32Tail(df, w + k, rem);
+    const V w1 = R > 1 ? LoadF32Tail(df, w + ld + k, rem) : w0;
+    const V w2 = R > 2 ? LoadF32Tail(df, w + 2 * ld + k, rem) : w0;
+    const V w3 = R > 3 ? LoadF32Tail(df, w + 3 * ld + k, rem) : w0;
+    const V x0 = LoadF32Tail(df, x[0] + k, rem);
+    const V x1 = MR > 1 ? LoadF32Tail(df, x[1] + k, rem) : x0;
+    const V x2 = MR > 2 ? LoadF32Tail(df, x[2] + k, rem) : x0;
+    const V x3 = MR > 3 ? LoadF32Tail(df, x[3] + k, rem) : x0;
+    fma_all([&](int i) HWY_ATTR { return i == 0   ? x0
+                                         : i == 1 ? x1
+                                         : i == 2 ? x2
+                                                  : x3; },
+            [&](int r) HWY_ATTR {
+              return r == 0 ? w0 : r == 1 ? w1 : r == 2 ? w2 : w3;
+            });
   }
   out[0] = ReduceSumF32(df, a0);
-  if constexpr (MR > 1) out[1] = ReduceSumF32(df, a1);
-  if constexpr (MR > 2) out[2] = ReduceSumF32(df, a2);
-  if constexpr (MR > 3) out[3] = ReduceSumF32(df, a3);
+  if constexpr (MR * R > 1) out[1] = ReduceSumF32(df, a1);
+  if constexpr (MR * R > 2) out[2] = ReduceSumF32(df, a2);
+  if constexpr (MR * R > 3) out[3] = ReduceSumF32(df, a3);
 }
 
 // Fused path, MR rows of x (t0 .. t0+mt, mt <= MR) against weight rows [n0, n1), the
 // weights widened in registers: W is read once for these rows.
-// One weight row at a time, front to back, so the task's rows form one sequential stream:
-// what the hardware prefetcher serves best. Reading 4 rows side by side (4 accumulator
-// chains) looked better for latency but turned the matrix into 1-8 KiB streams that restart
-// every few rows: on one core of the EPYC test machine a 98 MB F16 matrix-vector product
-// streamed at 19-26 GB/s row by row against 7-12 GB/s four rows at a time (software
-// prefetching 16 KiB ahead recovered only part of it), and the benchmark model's decode
-// matmuls went from ~22 to ~45 tokens/s. The one stream is software-prefetched
-// kFusedPrefetchBytes ahead (FusedDot) up to the matrix's last row, past the task's own
-// range: with tasks of 32 rows, stopping at the task's end left its last third and the
-// next task's first 16 KiB to the hardware prefetcher. One core of the EPYC Zen 5
-// (2026-12-03), the benchmark model's loop block re-read from the L3
+// FusedRowsFor(MR) weight rows at a time, front to back, so the task's rows form one
+// sequential stream: what the hardware prefetcher serves best. Reading 4 rows side by side
+// (4 accumulator chains) looked better for latency but turned the matrix into 1-8 KiB
+// streams that restart every few rows: on one core of the EPYC test machine a 98 MB F16
+// matrix-vector product streamed at 19-26 GB/s row by row against 7-12 GB/s four rows at a
+// time (software prefetching 16 KiB ahead recovered only part of it), and the benchmark
+// model's decode matmuls went from ~22 to ~45 tokens/s. (That was an AVX-512 target; on
+// AVX2 the single chain itself is the limit, see kFusedChains.) The stream is
+// software-prefetched kFusedPrefetchBytes ahead (FusedDot) up to the matrix's last row,
+// past the task's own range: with tasks of 32 rows, stopping at the task's end left its
+// last third and the next task's first 16 KiB to the hardware prefetcher. One core of the
+// EPYC Zen 5 (2026-12-03), the benchmark model's loop block re-read from the L3
 // (`TINYLOOP_BENCH_LOOP_BLOCK=1 cpu_kernels_bench`): 37-38 GB/s without, 38-41 prefetching
 // inside the task, 47-48 to the matrix's end; 2 threads 75-78 -> 84 GB/s, where the next
 // task is often the other thread's (a line fetched twice costs less than a stall), and
@@ -211,6 +265,7 @@ HWY_INLINE void FusedDot(const float* const* HWY_RESTRICT x, const WT* HWY_RESTR
 // are never prefetched: they are not the weights'.
 template <int MR, typename WT>
 HWY_NOINLINE void FusedRows(const detail::MatmulArgs& a, int64_t t0, int64_t mt, int64_t n0, int64_t n1) {
+  constexpr int R = FusedRowsFor<MR>();
   const WT* w = static_cast<const WT*>(a.w);  // [N, K]
   const int64_t K = a.K;
   const float* xr[MR];
@@ -218,10 +273,17 @@ HWY_NOINLINE void FusedRows(const detail::MatmulArgs& a, int64_t t0, int64_t mt,
   // Rows n < n_pf prefetch bytes that lie inside W's N rows.
   const int64_t row_bytes = K * int64_t(sizeof(WT));
   const int64_t n_pf = a.N - std::min<int64_t>(a.N - n0, (kFusedPrefetchBytes + row_bytes - 1) / row_bytes + 1);
-  for (int64_t n = n0; n < n1; ++n) {
+  int64_t n = n0;
+  for (; n + R <= n1; n += R) {
+    float acc[R * MR];  // [R, MR]: row r's result for x row i at r * MR + i
+    if (n + R - 1 < n_pf) FusedDot<MR, R, true, WT>(xr, w + n * K, size_t(K), size_t(K), acc);
+    else FusedDot<MR, R, false, WT>(xr, w + n * K, size_t(K), size_t(K), acc);
+    for (int r = 0; r < R; ++r) StoreTile<1>(acc + r * MR, mt, 1, a.bias, a.y, a.N, t0, n + r);
+  }
+  for (; n < n1; ++n) {  // the last rows of a range that is not a multiple of R
     float acc[MR];
-    if (n < n_pf) FusedDot<MR, true, WT>(xr, w + n * K, size_t(K), acc);
-    else FusedDot<MR, false, WT>(xr, w + n * K, size_t(K), acc);
+    if (n < n_pf) FusedDot<MR, 1, true, WT>(xr, w + n * K, size_t(K), size_t(K), acc);
+    else FusedDot<MR, 1, false, WT>(xr, w + n * K, size_t(K), size_t(K), acc);
     StoreTile<1>(acc, mt, 1, a.bias, a.y, a.N, t0, n);
   }
 }

@@ -223,11 +223,21 @@ TL_VNNI void tile(const Ctx& c, int64_t t0, int64_t g, bool prefetch) {
 
 // --- AVX2 (+ FMA, F16C): the same cells, each 64-byte quad as two halves of 8 rows ----------
 // No vpdpbusd: a quad's 4 products per row come from vpmaddubsw (u8 x s8 pairs into int16)
-// and vpmaddwd (pairs of those into int32), exact because no int16 pair sum can saturate:
-// int4 q <= 15 against |x| <= 127 gives at most 3810; int8 uses |w| <= 128 against x with
-// w's sign moved onto it (vpsignb, as ggml's AVX2 code), at most 2 * 128 * 127 = 32512. The
-// block sums are the same integers as the VNNI kernel's and the float steps the same
-// operations, so the bits are the reference's too.
+// and vpmaddwd (pairs of those into int32), exact because no int16 sum can saturate: int8
+// uses |w| <= 128 against x with w's sign moved onto it (vpsignb, as ggml's AVX2 code), at
+// most 2 * 128 * 127 = 32512 a pair, so each pair goes to int32 at once; int4 q <= 15
+// against |x| <= 127 gives at most 3810 a pair, so a block's 8 quads add up in int16 (at
+// most 16 * 15 * 127 = 30480) and go to int32 once. The block sums are the same integers as
+// the VNNI kernel's and the float steps the same operations, so the bits are the
+// reference's too.
+//
+// Loop order (register pressure: AVX2 has 16 vector registers): quads outer and x rows
+// inner, so one quad's weights (int8: w and |w|) are live at a time, not all 8; the
+// accumulators of the rows stay in registers. With up to 2 x rows a tile both halves
+// of a cell run in one pass (4 float accumulators); with 3-4 rows one half a pass, the
+// second pass reading the group's cells (13-35 KiB) back from L1 / L2. The first version
+// (all 8 quads' w and |w| live, both halves a pass) spilled the quads and the accumulators
+// to the stack: Zen 3, one thread, q8act_bench prefill T=512 K=768 N=2048 int8 66 GFLOP/s.
 #define TL_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 // 8 params at p (F16 or F32), as floats.
@@ -237,71 +247,140 @@ TL_AVX2 inline __m256 load_params8(const uint8_t* p) {
   return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
 }
 
-// y[t0 .. t0 + MR, 16 g .. 16 g + 16] (rows past N not stored).
-template <int MR, bool INT4, bool PF16>
-TL_AVX2 void tile_avx2(const Ctx& c, int64_t t0, int64_t g, bool prefetch) {
-  constexpr int64_t kParamBytes = param_bytes(PF16), kHalfParams = kParamBytes / 2;
-  const __m256i low4 = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8(char(0x80));
+// An empty asm that "changes" v: GCC may not reassociate the integer sums across it. Without
+// it GCC 12 turned each block's chain of adds into a tree, computing every product first and
+// spilling them to the stack (the same bits, as integer sums are exact, but 16+ live vectors).
+TL_AVX2 inline void keep_in_register(__m256i& v) { asm("" : "+x"(v)); }
+
+// 4 x bytes at p broadcast to every 32-bit lane.
+TL_AVX2 inline __m256i bcast_x4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// The int32 sums of half h (rows 8 h .. 8 h + 7) of cell for MR x rows (block b):
+// s[i] = sum over the block's 32 columns of w[row, k] * xq[t0 + i, k], lane = row.
+template <int MR, bool INT4>
+TL_AVX2 inline void half_sums(const Ctx& c, const uint8_t* cell, int h, int64_t t0, int64_t b, __m256i* s) {
   const __m256i ones = _mm256_set1_epi16(1);
-  const uint8_t* run = c.packed + g * c.nb * c.cb;  // [nb, cell]
-  __m256 acc[MR][2];
-  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  const int8_t* xb[MR];  // [32] the block's x bytes of each row
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) xb[i] = c.xq + (t0 + i) * c.K + b * ops::kQ8Block;
+  if constexpr (INT4) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256i s16[MR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) s16[i] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {  // quad pair p: quads p (low nibbles) and p + 4 (high)
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cell + p * kQuadBytes + h * 32));
+      const __m256i lo = _mm256_and_si256(raw, low4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        s16[i] = _mm256_add_epi16(s16[i], _mm256_maddubs_epi16(lo, bcast_x4(xb[i] + 4 * p)));
+        s16[i] = _mm256_add_epi16(s16[i], _mm256_maddubs_epi16(hi, bcast_x4(xb[i] + 4 * p + 16)));
+        keep_in_register(s16[i]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) s[i] = _mm256_madd_epi16(s16[i], ones);
+  } else {
+    const __m256i flip = _mm256_set1_epi8(char(0x80));
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) s[i] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) {
+      const __m256i wv =
+          _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(cell + q * kQuadBytes + h * 32)), flip);
+      const __m256i aw = _mm256_abs_epi8(wv);
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m256i pairs = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast_x4(xb[i] + 4 * q), wv));
+        s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(pairs, ones));
+        keep_in_register(s[i]);
+      }
+    }
+  }
+}
+
+// One pass over a group's cells for halves H0 .. H0 + HP - 1 (HP <= 2): acc[i][hh] += the
+// float block terms of x row t0 + i and half H0 + hh. Template indices only, so that the
+// accumulators stay in registers (a runtime half index kept them on the stack).
+//   run [nb, cell] the group's cells; acc [MR][HP]
+template <int MR, bool INT4, bool PF16, int H0, int HP>
+TL_AVX2 inline void tile_pass_avx2(const Ctx& c, const uint8_t* run, int64_t t0, bool prefetch, __m256 (&acc)[MR][HP]) {
+  constexpr int64_t kHalfParams = param_bytes(PF16) / 2;
   for (int64_t b = 0; b < c.nb; ++b) {
     const uint8_t* cell = run + b * c.cb;
     if (prefetch)
       for (int64_t l = 0; l < c.cb; l += 64)
         _mm_prefetch(reinterpret_cast<const char*>(cell + kPrefetchBytes + l), _MM_HINT_T1);
-    for (int h = 0; h < 2; ++h) {  // rows 8 h .. 8 h + 7
-      __m256i wq[8];  // int4: the quads' nibbles (u8); int8: the signed weights
-      if constexpr (INT4) {
-        for (int p = 0; p < 4; ++p) {
-          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cell + p * kQuadBytes + h * 32));
-          wq[p] = _mm256_and_si256(raw, low4);
-          wq[p + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-        }
-      } else {
-        for (int q = 0; q < 8; ++q)
-          wq[q] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(cell + q * kQuadBytes + h * 32)),
-                                   flip);
-      }
-      const __m256 dw = load_params8<PF16>(cell + c.wb + h * kHalfParams);
+#pragma GCC unroll 2
+    for (int hh = 0; hh < HP; ++hh) {
+      __m256i s[MR];
+      half_sums<MR, INT4>(c, cell, H0 + hh, t0, b, s);
+      const __m256 dw = load_params8<PF16>(cell + c.wb + (H0 + hh) * kHalfParams);
+#pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
-        const int64_t t = t0 + i;
-        const int8_t* xb = c.xq + t * c.K + b * ops::kQ8Block;  // [32] the block's x bytes
-        __m256i s = _mm256_setzero_si256();
-        for (int q = 0; q < 8; ++q) {
-          int32_t x4;
-          std::memcpy(&x4, xb + 4 * q, 4);
-          const __m256i xv = _mm256_set1_epi32(x4);
-          const __m256i pairs = INT4 ? _mm256_maddubs_epi16(wq[q], xv)
-                                     : _mm256_maddubs_epi16(_mm256_abs_epi8(wq[q]), _mm256_sign_epi8(xv, wq[q]));
-          s = _mm256_add_epi32(s, _mm256_madd_epi16(pairs, ones));
-        }
-        const __m256 dxv = _mm256_set1_ps(c.dx[t * c.nb + b]);
-        acc[i][h] = _mm256_add_ps(acc[i][h], _mm256_mul_ps(_mm256_mul_ps(dw, dxv), _mm256_cvtepi32_ps(s)));
+        const __m256 dxv = _mm256_set1_ps(c.dx[(t0 + i) * c.nb + b]);
+        // acc += (d_w * d_x) * float(isum): two roundings, then the sum (no FMA: see top).
+        acc[i][hh] = _mm256_add_ps(acc[i][hh], _mm256_mul_ps(_mm256_mul_ps(dw, dxv), _mm256_cvtepi32_ps(s[i])));
       }
     }
   }
-  // Epilogue as the VNNI tile's, per half.
-  for (int h = 0; h < 2; ++h) {
-    const int64_t n0 = g * kGroupRows + h * 8;
-    if (n0 >= c.N) break;
-    const int nl = int(std::min<int64_t>(8, c.N - n0));
-    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(nl), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    const __m256 bias = c.bias ? _mm256_maskload_ps(c.bias + n0, m) : _mm256_setzero_ps();
-    for (int i = 0; i < MR; ++i) {
-      const int64_t t = t0 + i;
-      __m256 off = _mm256_setzero_ps();
-      if constexpr (INT4) {
-        for (int64_t b = 0; b < c.nb; ++b) {
-          const __m256 ow = load_params8<PF16>(run + b * c.cb + c.wb + kParamBytes + h * kHalfParams);
-          off = _mm256_add_ps(off, _mm256_mul_ps(ow, _mm256_set1_ps(c.sx[t * c.nb + b])));
-        }
+}
+
+// Epilogue of half h as the VNNI tile's: y rows t0 .. t0 + MR, columns 16 g + 8 h .. + 8 =
+// acc[i] (+ the int4 offset term, its own sum in block order) (+ bias).
+template <int MR, bool INT4, bool PF16>
+TL_AVX2 void store_half_avx2(const Ctx& c, const uint8_t* run, int64_t t0, int64_t g, int h, const __m256* acc) {
+  constexpr int64_t kParamBytes = param_bytes(PF16), kHalfParams = kParamBytes / 2;
+  const int64_t n0 = g * kGroupRows + h * 8;
+  if (n0 >= c.N) return;
+  const int nl = int(std::min<int64_t>(8, c.N - n0));
+  const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(nl), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256 bias = c.bias ? _mm256_maskload_ps(c.bias + n0, m) : _mm256_setzero_ps();
+  for (int i = 0; i < MR; ++i) {
+    const int64_t t = t0 + i;
+    __m256 off = _mm256_setzero_ps();
+    if constexpr (INT4) {
+      for (int64_t b = 0; b < c.nb; ++b) {
+        const __m256 ow = load_params8<PF16>(run + b * c.cb + c.wb + kParamBytes + h * kHalfParams);
+        off = _mm256_add_ps(off, _mm256_mul_ps(ow, _mm256_set1_ps(c.sx[t * c.nb + b])));
       }
-      __m256 v = _mm256_add_ps(acc[i][h], off);
-      if (c.bias) v = _mm256_add_ps(v, bias);
-      _mm256_maskstore_ps(c.y + t * c.N + n0, m, v);
     }
+    __m256 v = _mm256_add_ps(acc[i], off);
+    if (c.bias) v = _mm256_add_ps(v, bias);
+    _mm256_maskstore_ps(c.y + t * c.N + n0, m, v);
+  }
+}
+
+// y[t0 .. t0 + MR, 16 g .. 16 g + 16] (rows past N not stored). Up to 2 x rows: both halves
+// in one pass over the cells (one stream from memory in decode); 3-4 rows: a pass a half.
+template <int MR, bool INT4, bool PF16>
+TL_AVX2 void tile_avx2(const Ctx& c, int64_t t0, int64_t g, bool prefetch) {
+  const uint8_t* run = c.packed + g * c.nb * c.cb;  // [nb, cell]
+  if constexpr (MR <= 2) {
+    __m256 acc[MR][2];
+    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    tile_pass_avx2<MR, INT4, PF16, 0, 2>(c, run, t0, prefetch, acc);
+    for (int h = 0; h < 2; ++h) {
+      __m256 ah[MR];
+      for (int i = 0; i < MR; ++i) ah[i] = acc[i][h];
+      store_half_avx2<MR, INT4, PF16>(c, run, t0, g, h, ah);
+    }
+  } else {
+    __m256 a0[MR][1], a1[MR][1];
+    for (int i = 0; i < MR; ++i) a0[i][0] = a1[i][0] = _mm256_setzero_ps();
+    tile_pass_avx2<MR, INT4, PF16, 0, 1>(c, run, t0, prefetch, a0);
+    tile_pass_avx2<MR, INT4, PF16, 1, 1>(c, run, t0, false, a1);  // the cells are in L1 / L2 now
+    __m256 ah[MR];
+    for (int i = 0; i < MR; ++i) ah[i] = a0[i][0];
+    store_half_avx2<MR, INT4, PF16>(c, run, t0, g, 0, ah);
+    for (int i = 0; i < MR; ++i) ah[i] = a1[i][0];
+    store_half_avx2<MR, INT4, PF16>(c, run, t0, g, 1, ah);
   }
 }
 
@@ -352,6 +431,48 @@ void range(const Ctx& c, PackedIsa isa, int64_t n0, int64_t n1) {
 
 }  // namespace
 
+// See matmul_q8act_packed_internal.h.
+// max |x| is exact in any order (max_ps returns its
+// second operand when the first is NaN, so NaN lanes drop out as fmax drops them); q =
+// cvtps_epi32(x * id) rounds half to even like the reference's `(x * id + 1.5 * 2^23) - 1.5 *
+// 2^23` (this file is compiled with -ffp-contract=off, and a product is all there is here);
+// the int32 values are truncated to their low byte as the reference's int8_t(v) does.
+// Replaces the scalar quantizer on this path: its libm fmaxf calls were 3 % of an int8
+// pp512 (Zen 3, perf).
+TL_AVX2 void quantize_row_q8_avx2(const float* x, int64_t K, int8_t* q, float* d, float* s) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i low8 = _mm256_set1_epi32(0xff);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < K / ops::kQ8Block; ++b) {
+    const float* xb = x + b * ops::kQ8Block;  // [32]
+    __m256 xv[4];
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      xv[j] = _mm256_loadu_ps(xb + 8 * j);
+      m = _mm256_max_ps(_mm256_and_ps(xv[j], abs_mask), m);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    const float amax = _mm_cvtss_f32(m4);
+    const __m256 id = _mm256_set1_ps(amax != 0.f ? 127.f / amax : 0.f);
+    __m256i qv[4];
+    __m256i sum = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      qv[j] = _mm256_cvtps_epi32(_mm256_mul_ps(xv[j], id));
+      sum = _mm256_add_epi32(sum, qv[j]);
+      qv[j] = _mm256_and_si256(qv[j], low8);  // the low byte, unsigned: the packs below keep it
+    }
+    // Bytes [q0[0..3] q1[0..3] q2[0..3] q3[0..3] | q0[4..7] ...] as dwords, then in order.
+    const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(qv[0], qv[1]), _mm256_packus_epi32(qv[2], qv[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * ops::kQ8Block), _mm256_permutevar8x32_epi32(bytes, order));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    ops::detail::q8_block_scales(amax, _mm_cvtsi128_si32(s4), d + b, s + b);
+  }
+}
+
 void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, const float* bias, float* y,
                          PackedIsa isa) {
   if (!w.q8packed) throw std::invalid_argument("matmul_q8act_packed: the view has no packed copy");
@@ -394,7 +515,7 @@ void matmul_q8act_packed(const float* x, int64_t T, const ops::WeightView& w, co
   }
   for (int64_t t = 0; t < T; ++t) {
     if (isa == PackedIsa::Avx2) {  // the AVX2 tiles need neither the sums nor corr
-      ops::detail::quantize_row_q8(x + t * K, K, xq.data() + t * K, dx.data() + t * nb, sx.data() + t * nb);
+      quantize_row_q8_avx2(x + t * K, K, xq.data() + t * K, dx.data() + t * nb, sx.data() + t * nb);
       continue;
     }
     quantize_row_q8_avx512(x + t * K, K, Q8RowLayout::Natural, xq.data() + t * K, amax.data(), qsum.data(), nullptr);

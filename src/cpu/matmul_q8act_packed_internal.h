@@ -48,6 +48,11 @@ struct Q8PackedCtx {
   float* y;  // [T, N]
 };
 
+// One x row x [K] (K a multiple of 32) quantized bit for bit as ops::detail::quantize_row_q8
+// (q [K] in column order, d / s [K / 32]) with AVX2: the AVX2 tiles' quantizer. Needs
+// packed_avx2_supported(); x86-64 only.
+void quantize_row_q8_avx2(const float* x, int64_t K, int8_t* q, float* d, float* s);
+
 // The AMX-INT8 kernel (matmul_amx_int8.cc) on weight rows [n0, n1) (n0 a multiple of 16),
 // every x row. Needs cpu::amx_status().int8 (the caller checks) and c.xq / dx / sx / corr
 // padded to ceil(T / 16) * 16 rows.

@@ -20,8 +20,10 @@
 #include "cpu/amx.h"
 #include "cpu/kernels.h"
 #include "cpu/matmul_q8act_packed.h"
+#include "cpu/matmul_q8act_packed_internal.h"
 #include "cpu/matmul_q8act_vnni.h"
 #include "ops/matmul_q8act.h"
+#include "base/q8act_format.h"
 #include "ops/test_util.h"
 #include "ops/weight_quant_test_util.h"
 
@@ -195,6 +197,32 @@ TEST(CpuQ8ActPacked, BigWeightEveryThread) {
       check_exact(st, random_floats(size_t(T * K), uint32_t(T)), T, bias.data());
       if (HasFatalFailure()) return;
     }
+  }
+}
+
+// The AVX2 kernel's own quantizer against the scalar one, bit for bit (q, d, s): random
+// rows, ties (amax 127 makes id 1, so x = k + 0.5 rounds half to even), zeros of both signs,
+// an all-zero block, subnormals, 1e38, and blocks whose amax sits in each of the 32 lanes.
+TEST(CpuQ8ActPacked, Avx2QuantizerIsTheReference) {
+  if (!detail::packed_avx2_supported()) GTEST_SKIP() << "no AVX2 + FMA + F16C";
+  const int64_t nb = 40, K = nb * 32;
+  std::vector<float> x = random_floats(size_t(K), 31, -5.f, 5.f);  // [K]
+  for (int64_t k = 0; k < 32; ++k) {
+    x[size_t(k)] = k == 7 ? 127.f : float(k % 9) - 4.5f;  // block 0: ties
+    x[size_t(32 + k)] = k % 2 ? -0.f : 0.f;  // block 1: all zero
+    x[size_t(64 + k)] = k % 3 ? 1e-40f : -1e-39f;  // block 2: subnormals
+    x[size_t(96 + k)] = k == 31 ? -1e38f : float(k);  // block 3: near the float max
+  }
+  for (int64_t b = 4; b < 36; ++b) x[size_t(b * 32 + (b - 4))] = -50.f;  // amax in lane b - 4
+  std::vector<int8_t> q(static_cast<size_t>(K)), qr(static_cast<size_t>(K));
+  const size_t nbs = static_cast<size_t>(nb);
+  std::vector<float> d(nbs), s(nbs), dr(nbs), sr(nbs);
+  ops::detail::quantize_row_q8(x.data(), K, qr.data(), dr.data(), sr.data());
+  detail::quantize_row_q8_avx2(x.data(), K, q.data(), d.data(), s.data());
+  for (int64_t k = 0; k < K; ++k) ASSERT_EQ(q[size_t(k)], qr[size_t(k)]) << "k=" << k;
+  for (int64_t b = 0; b < nb; ++b) {
+    ASSERT_EQ(bits(d[size_t(b)]), bits(dr[size_t(b)])) << "d, block " << b;
+    ASSERT_EQ(bits(s[size_t(b)]), bits(sr[size_t(b)])) << "s, block " << b;
   }
 }
 
