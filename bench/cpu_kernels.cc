@@ -302,6 +302,12 @@ int main() {
     return 0;
   }
   if (std::getenv("TINYLOOP_BENCH_ATTENTION_ONLY")) {
+    // TINYLOOP_BENCH_ATTENTION_PREFILL=1: only the 512-row pieces at 2048 and 4096, best of 8
+    // (noisy machines: compare builds on these).
+    if (std::getenv("TINYLOOP_BENCH_ATTENTION_PREFILL")) {
+      for (int64_t ctx : {2048, 4096}) attention_case(512, ctx, 8);
+      return 0;
+    }
     for (int64_t ctx : {512, 2048, 8192}) attention_case(1, ctx, 50);
     // Prefill pieces: 512 rows (LoopedModel::kPrefillChunk) at the end of a 512-4096 context.
     for (int64_t ctx : {512, 2048, 4096, 16384}) attention_case(512, ctx, ctx <= 512 ? 5 : 2);

@@ -228,25 +228,33 @@ HWY_INLINE void PrefetchRow(const KT* row, int64_t n, const float* scales, int64
 // A cursor kAheadKeys positions ahead of the walk over a window's runs: it follows the
 // walk across block boundaries, so paged slots prefetch as far ahead as contiguous ones, and
 // it stops at the window's end (nothing outside the window is touched).
+// A run never wraps its block, so the cursor's ring row is seg[j]'s first row plus off: r0
+// is kept per run (a % per key, a 64-bit idiv of 14-45 cycles, was 1 % of a prefill
+// attention on the EPYC Zen 3).
 template <typename KT>
 struct Ahead {
   const Seg<KT>* seg;
   int64_t n_seg, j = 0, off = kAheadKeys<KT>;  // position seg[j].lo + off
+  int64_t r0 = 0;  // seg[j].lo % seg[j].cap
   Ahead(const Seg<KT>* s, int64_t n) : seg(s), n_seg(n) { skip(0); }
   // Prefetches [n] elements from element `from` of the head's K (keys) or V row.
   HWY_INLINE void fetch(bool keys, int64_t from, int64_t n) const {
     if (j >= n_seg) return;
     const Seg<KT>& s = seg[j];
-    const int64_t r = (s.lo + off) % s.cap;
+    const int64_t r = r0 + off;
     PrefetchRow((keys ? s.k : s.v) + r * s.rs + from, n, keys ? s.ks : s.vs, r * s.ss);
   }
   HWY_INLINE void next() {
-    if (j < n_seg && ++off == seg[j].n) off = 0, ++j;
+    if (j < n_seg && ++off == seg[j].n) {
+      off = 0;
+      if (++j < n_seg) r0 = seg[j].lo % seg[j].cap;
+    }
   }
   // Moves the cursor n positions on (past a key block another cursor walked).
   void skip(int64_t n) {
     off += n;
     while (j < n_seg && off >= seg[j].n) off -= seg[j++].n;
+    if (j < n_seg) r0 = seg[j].lo % seg[j].cap;
   }
 };
 
@@ -285,7 +293,27 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
     if constexpr (NC == 0) {
       for (int64_t k = 0; k < 4; ++k)
         for (int64_t c = 0; c < hdp; c += L) hn::StoreU(LoadChunk(df, kr[k], c, hd), df, kf + k * hdp + c);
-      for (int64_t i = 0; i < n_it; ++i) {
+      // Two items at a time: 8 independent FMA chains (4 left the FMA units half idle at 4
+      // cycles of latency), each K chunk loaded once for both. Per key and item the chain is
+      // the same, so the pairing changes no bits.
+      int64_t i = 0;
+      for (; i + 2 <= n_it; i += 2) {
+        V a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        for (int64_t c = 0; c < hdp; c += L) {
+          const V q = hn::LoadU(df, it[i].q + c), u = hn::LoadU(df, it[i + 1].q + c);
+          V k = hn::LoadU(df, kf + c);
+          a0 = hn::MulAdd(q, k, a0), b0 = hn::MulAdd(u, k, b0);
+          k = hn::LoadU(df, kf + hdp + c);
+          a1 = hn::MulAdd(q, k, a1), b1 = hn::MulAdd(u, k, b1);
+          k = hn::LoadU(df, kf + 2 * hdp + c);
+          a2 = hn::MulAdd(q, k, a2), b2 = hn::MulAdd(u, k, b2);
+          k = hn::LoadU(df, kf + 3 * hdp + c);
+          a3 = hn::MulAdd(q, k, a3), b3 = hn::MulAdd(u, k, b3);
+        }
+        StoreScores4(df, a0, a1, a2, a3, f, it[i].s + col);
+        StoreScores4(df, b0, b1, b2, b3, f, it[i + 1].s + col);
+      }
+      if (i < n_it) {
         V a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
         for (int64_t c = 0; c < hdp; c += L) {
           const V q = hn::LoadU(df, it[i].q + c);
@@ -342,10 +370,14 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
 //   seg   [n_seg] the block's runs (kv head g's rows); ahead: a cursor at the block's first key
 //   it    [4] items (unused ones are not live); only the first NI are looked at
 //   bs    the block's first position (it[i].s is indexed by position - bs)
-// kFull: the NV chunks are whole (no tail chunk among them).
-template <int NV, int NI, bool kFull, typename KT>
-HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, Ahead<KT> ahead, int64_t hd, const Item* it, int64_t bs,
-                          int64_t c0) {
+// kFull: the NV chunks are whole (no tail chunk among them). kAll: the NI items' windows all
+// hold the whole block (no per-key window test: the blocks before a prefill tile's diagonal,
+// most of a long prompt's). Not inlined: inside AttendTileT GCC 12 kept 4 of AVX2's 8
+// accumulators on the stack (the tile's own values held the other registers). prefetch: the first call over
+// the block (its first items) prefetches the V rows ahead; the later ones find them fetched.
+template <int NV, int NI, bool kFull, bool kAll, typename KT>
+HWY_NOINLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, Ahead<KT> ahead, int64_t hd, const Item* it, int64_t bs,
+                            int64_t c0, bool prefetch) {
   static_assert(NV >= 1 && NV <= 4, "up to 4 vectors per pass");
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
@@ -381,8 +413,10 @@ HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, Ahead<KT> ahead, in
     for (int64_t p = seg[s].lo; p < seg[s].lo + n; ++p) {
       const KT* vr = vbase + r * rs + c0;  // [hd - c0] from chunk c0 on
       if constexpr (!kVWithK<KT>) {
-        ahead.fetch(false, c0, std::min<int64_t>(hd - c0, NV * L));
-        ahead.next();
+        if (prefetch) {
+          ahead.fetch(false, c0, std::min<int64_t>(hd - c0, NV * L));
+          ahead.next();
+        }
       }
       const V v0 = LoadChunk<kFull>(df, vr, 0, hd - c0);
       const V v1 = NV > 1 ? LoadChunk<kFull>(df, vr, L, hd - c0) : v0;
@@ -392,7 +426,7 @@ HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, Ahead<KT> ahead, in
       if constexpr (kScaled<KT>) vsc = seg[s].vs[r * seg[s].ss];
 // clang-format off
 #define TL_ITEM(i)                                                   \
-  if (NI > i && p >= lo##i && p <= hi##i) {                          \
+  if (NI > i && (kAll || (p >= lo##i && p <= hi##i))) {             \
     float w = it[i].s[p - bs];                                       \
     if constexpr (kScaled<KT>) w = w * vsc;                          \
     const V wv = hn::Set(df, w);                                     \
@@ -408,16 +442,36 @@ HWY_INLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, Ahead<KT> ahead, in
       if (++r == cap) r = 0;
     }
   }
-  const V acc[4][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23}, {a30, a31, a32, a33}};
-  for (int i = 0; i < NI; ++i) {
-    if (!it[i].live) continue;
-    for (int v = 0; v < NV; ++v) {
-      const int64_t c = c0 + v * L;
-      if (c + L <= hd) hn::StoreU(acc[i][v], df, it[i].o + c);
-      else StoreTail(df, acc[i][v], it[i].o + c, size_t(hd - c));
-    }
+  // Stored by name: an array of the accumulators indexed in a loop here made GCC 12 keep half
+  // of them on the stack through the key loop (a store and a reload a key on their chains).
+  const auto store = [&](const Item& t, int v, V acc) HWY_ATTR {
+    const int64_t c = c0 + v * L;
+    if (c + L <= hd) hn::StoreU(acc, df, t.o + c);
+    else StoreTail(df, acc, t.o + c, size_t(hd - c));
+  };
+// clang-format off
+#define TL_STORE(i)                                 \
+  if (NI > i && it[i].live) {                       \
+    store(it[i], 0, a##i##0);                       \
+    if constexpr (NV > 1) store(it[i], 1, a##i##1); \
+    if constexpr (NV > 2) store(it[i], 2, a##i##2); \
+    if constexpr (NV > 3) store(it[i], 3, a##i##3); \
   }
+  TL_STORE(0) TL_STORE(1) TL_STORE(2) TL_STORE(3)
+#undef TL_STORE
+  // clang-format on
 }
+
+// Output chunks (vectors) per WeightedV call of 4 items: 4 x NV accumulators + NV V chunks +
+// a weight must fit the vector registers. AVX-512 has 32 (4 chunks: 21 live); AVX2 16, where
+// 4 chunks spilled accumulators to the stack and each spilled chain went through a store and
+// a reload a key: EPYC Zen 3, prefill attention (`TINYLOOP_BENCH_ATTENTION_ONLY=1
+// cpu_kernels_bench`, 512 rows at 4096, one thread) 28-31 GFLOP/s. So 2 chunks there (11).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr int64_t kVChunks = 4;
+#else
+constexpr int64_t kVChunks = 2;
+#endif
 
 // One tile: query rows rows[0 .. n_rows) (non-empty windows), kv head g; the query heads of
 // g's group attend to their row's keys k_lo[t] .. q_pos[t]. Flash-style: the tile walks the
@@ -526,20 +580,27 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
       t.m = m;
     }
 
-    // Weighted V, four items at a time over the block's keys.
+    // Weighted V, 4 items and kVChunks chunks of their outputs a call, over the block's keys.
     for (int64_t b = 0; b < n_it; b += 4) {
-      if (!(it[b].live || it[b + 1].live || it[b + 2].live || it[b + 3].live)) continue;
+      bool any = false, all = true;  // some / all 4 items' windows hold the whole block
+      for (int64_t i = b; i < b + 4; ++i) {
+        any = any || it[i].live;
+        all = all && it[i].lo <= bs && it[i].hi >= be;
+      }
+      if (!any) continue;
       const bool one = b + 1 == n_it;  // a single item (decode of an MHA head): no others to test
-      for (int64_t c0 = 0; c0 < hd; c0 += 4 * L) {
-        const int64_t nv = std::min<int64_t>(4, (hd - c0 + L - 1) / L);
+      for (int64_t c0 = 0; c0 < hd; c0 += kVChunks * L) {
+        const int64_t nv = std::min<int64_t>(kVChunks, (hd - c0 + L - 1) / L);
         const bool full = c0 + nv * L <= hd;
-#define TL_PV(NV, NI, FULL) WeightedV<NV, NI, FULL>(bseg.data(), n_bseg, vahead, hd, it + b, bs, c0)
-        if (nv == 4 && full)  // head_dim 64 on AVX-512, 32 on AVX2
-          one ? TL_PV(4, 1, true) : TL_PV(4, 4, true);
-        else if (nv == 4) TL_PV(4, 4, false);
-        else if (nv == 3) TL_PV(3, 4, false);
-        else if (nv == 2) TL_PV(2, 4, false);
-        else TL_PV(1, 4, false);
+#define TL_PV(NV, NI, FULL, ALL) WeightedV<NV, NI, FULL, ALL>(bseg.data(), n_bseg, vahead, hd, it + b, bs, c0, b == 0)
+        if (nv == kVChunks && full) {  // head_dim a multiple of kVChunks vectors (64 on AVX-512)
+          if (one) TL_PV(kVChunks, 1, true, false);
+          else if (all) TL_PV(kVChunks, 4, true, true);
+          else TL_PV(kVChunks, 4, true, false);
+        } else if (nv == 4) TL_PV(4, 4, false, false);
+        else if (nv == 3) TL_PV(3, 4, false, false);
+        else if (nv == 2) TL_PV(2, 4, false, false);
+        else TL_PV(1, 4, false, false);
 #undef TL_PV
       }
     }
