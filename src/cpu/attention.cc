@@ -190,7 +190,9 @@ HWY_INLINE void StoreScores4(DF df, V a0, V a1, V a2, V a3, const float* f, floa
 // block_rows rows, and the cursor crosses into the next block before the walk does.
 // Position-major measurement, tinyloop bench tg64 at 2048
 // positions, 1 thread, benchmark model (Xeon, 2026-12-01): F16 22.5 t/s without, 26.7 at
-// 16 keys ahead, 28.0 at 48, 24.3 at 96; int4 q8 43.6 / 50.9 / 53.8 / 49.9.
+// 16 keys ahead, 28.0 at 48, 24.3 at 96; int4 q8 43.6 / 50.9 / 53.8 / 49.9. EPYC Zen 3
+// (2026-12-07), 18 head-major slots, one thread, decode attention alone: 48 / 96 / 192 keys
+// ahead within the noise of each other (8.5-12.6 GB/s at 2048-8192 positions).
 constexpr int64_t kPrefetchKeys = 48;
 // The distance per storage type: the same bytes as 48 F16 rows (96 INT8 rows, 24 F32 ones).
 // INT8 rows are half as long, so at 48 rows ahead they were fetched too late: 18 slots x
@@ -267,7 +269,7 @@ struct Ahead {
 // chunk); NC == 0: any length, the block widened into kf first. A block past the part's end
 // reads a zero row instead, and its store writes up to 3 columns past the part (the next
 // part overwrites them; the buffers leave room).
-//   kf   [4, hdp] scratch
+//   kf   [8, hdp] scratch
 //   zrow [hd] zeros
 template <int NC, bool kFull, typename KT>
 HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_t hdp, const Item* it, int64_t n_it,
@@ -276,10 +278,14 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
   using V = hn::Vec<decltype(df)>;
   const int64_t L = int64_t(hn::Lanes(df));
   int64_t r = sg.lo % sg.cap;  // ring row of the next key
-  for (int64_t p0 = 0; p0 < sg.n; p0 += 4) {
-    const KT* kr[4] = {zrow, zrow, zrow, zrow};  // [4] rows of the block's keys
-    alignas(16) float f[4] = {0.f, 0.f, 0.f, 0.f};  // [4] the scores' factors
-    for (int64_t k = 0; k < 4 && p0 + k < sg.n; ++k) {
+  // One item (decode of an MHA head) on the generic path: 8 keys a step, so that its scores
+  // are 8 independent FMA chains (4 keys left the FMA units idle half the time).
+  const bool solo = NC == 0 && n_it == 1;
+  const int64_t step = solo ? 8 : 4;
+  for (int64_t p0 = 0; p0 < sg.n; p0 += step) {
+    const KT* kr[8] = {zrow, zrow, zrow, zrow, zrow, zrow, zrow, zrow};  // [step] rows of the keys
+    alignas(16) float f[8] = {};  // [step] the scores' factors
+    for (int64_t k = 0; k < step && p0 + k < sg.n; ++k) {
       kr[k] = sg.k + r * sg.rs;
       ahead.fetch(true, 0, hd);
       ahead.next();
@@ -291,8 +297,25 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
     }
     const int64_t col = sg.lo + p0 - ulo;
     if constexpr (NC == 0) {
-      for (int64_t k = 0; k < 4; ++k)
+      for (int64_t k = 0; k < step; ++k)
         for (int64_t c = 0; c < hdp; c += L) hn::StoreU(LoadChunk(df, kr[k], c, hd), df, kf + k * hdp + c);
+      if (solo) {
+        V a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+        for (int64_t c = 0; c < hdp; c += L) {
+          const V q = hn::LoadU(df, it[0].q + c);
+          a0 = hn::MulAdd(q, hn::LoadU(df, kf + c), a0);
+          a1 = hn::MulAdd(q, hn::LoadU(df, kf + hdp + c), a1);
+          a2 = hn::MulAdd(q, hn::LoadU(df, kf + 2 * hdp + c), a2);
+          a3 = hn::MulAdd(q, hn::LoadU(df, kf + 3 * hdp + c), a3);
+          a4 = hn::MulAdd(q, hn::LoadU(df, kf + 4 * hdp + c), a4);
+          a5 = hn::MulAdd(q, hn::LoadU(df, kf + 5 * hdp + c), a5);
+          a6 = hn::MulAdd(q, hn::LoadU(df, kf + 6 * hdp + c), a6);
+          a7 = hn::MulAdd(q, hn::LoadU(df, kf + 7 * hdp + c), a7);
+        }
+        StoreScores4(df, a0, a1, a2, a3, f, it[0].s + col);
+        if (p0 + 4 < sg.n) StoreScores4(df, a4, a5, a6, a7, f + 4, it[0].s + col + 4);
+        continue;
+      }
       // Two items at a time: 8 independent FMA chains (4 left the FMA units half idle at 4
       // cycles of latency), each K chunk loaded once for both. Per key and item the chain is
       // the same, so the pairing changes no bits.
@@ -462,6 +485,72 @@ HWY_NOINLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, Ahead<KT> ahead, 
   // clang-format on
 }
 
+// WeightedV for a tile of one item (decode of an MHA head): up to 8 output chunks a pass
+// (the whole of head_dim 64 on AVX2, 128 on AVX-512), so each V row is walked once and the
+// 8 chunks are 8 independent FMA chains; with 4 chunks a pass each key waited on the
+// 4-cycle latency of 4 chains, twice. The arithmetic is WeightedV's for one item: o = alpha
+// o + sum over the window's part of the block, in position order, of w[p] V[p].
+//   seg [n_seg] the block's runs, ahead: a cursor at the block's first key, bs the block's
+//   first position; chunks c0 .. c0 + NV of the output (kFull: all whole).
+template <int NV, bool kFull, typename KT>
+HWY_NOINLINE void WeightedV1(const Seg<KT>* seg, int64_t n_seg, Ahead<KT> ahead, int64_t hd, const Item& it, int64_t bs,
+                             int64_t c0) {
+  static_assert(NV >= 1 && NV <= 8, "up to 8 vectors per pass");
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const int64_t L = int64_t(hn::Lanes(df));
+  const V al = hn::Set(df, it.alpha);
+  const float* o = it.o + c0;  // [hd - c0]
+  const V z = hn::Zero(df);
+  V a0 = hn::Mul(LoadChunk<kFull>(df, o, 0, hd - c0), al), a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z;
+  if constexpr (NV > 1) a1 = hn::Mul(LoadChunk<kFull>(df, o, L, hd - c0), al);
+  if constexpr (NV > 2) a2 = hn::Mul(LoadChunk<kFull>(df, o, 2 * L, hd - c0), al);
+  if constexpr (NV > 3) a3 = hn::Mul(LoadChunk<kFull>(df, o, 3 * L, hd - c0), al);
+  if constexpr (NV > 4) a4 = hn::Mul(LoadChunk<kFull>(df, o, 4 * L, hd - c0), al);
+  if constexpr (NV > 5) a5 = hn::Mul(LoadChunk<kFull>(df, o, 5 * L, hd - c0), al);
+  if constexpr (NV > 6) a6 = hn::Mul(LoadChunk<kFull>(df, o, 6 * L, hd - c0), al);
+  if constexpr (NV > 7) a7 = hn::Mul(LoadChunk<kFull>(df, o, 7 * L, hd - c0), al);
+  for (int64_t s = 0; s < n_seg; ++s) {
+    const KT* vbase = seg[s].v;
+    const int64_t cap = seg[s].cap, n = seg[s].n, rs = seg[s].rs;
+    int64_t r = seg[s].lo % cap;  // ring row of position lo + p, advanced without a division
+    for (int64_t p = seg[s].lo; p < seg[s].lo + n; ++p) {
+      const KT* vr = vbase + r * rs + c0;  // [hd - c0] from chunk c0 on
+      if constexpr (!kVWithK<KT>) {
+        ahead.fetch(false, c0, std::min<int64_t>(hd - c0, NV * L));
+        ahead.next();
+      }
+      if (p >= it.lo && p <= it.hi) {
+        float w = it.s[p - bs];
+        if constexpr (kScaled<KT>) w = w * seg[s].vs[r * seg[s].ss];
+        const V wv = hn::Set(df, w);
+        a0 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 0, hd - c0), a0);
+        if constexpr (NV > 1) a1 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, L, hd - c0), a1);
+        if constexpr (NV > 2) a2 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 2 * L, hd - c0), a2);
+        if constexpr (NV > 3) a3 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 3 * L, hd - c0), a3);
+        if constexpr (NV > 4) a4 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 4 * L, hd - c0), a4);
+        if constexpr (NV > 5) a5 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 5 * L, hd - c0), a5);
+        if constexpr (NV > 6) a6 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 6 * L, hd - c0), a6);
+        if constexpr (NV > 7) a7 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 7 * L, hd - c0), a7);
+      }
+      if (++r == cap) r = 0;
+    }
+  }
+  const auto store = [&](int v, V acc) HWY_ATTR {
+    const int64_t c = c0 + v * L;
+    if (c + L <= hd) hn::StoreU(acc, df, it.o + c);
+    else StoreTail(df, acc, it.o + c, size_t(hd - c));
+  };
+  store(0, a0);
+  if constexpr (NV > 1) store(1, a1);
+  if constexpr (NV > 2) store(2, a2);
+  if constexpr (NV > 3) store(3, a3);
+  if constexpr (NV > 4) store(4, a4);
+  if constexpr (NV > 5) store(5, a5);
+  if constexpr (NV > 6) store(6, a6);
+  if constexpr (NV > 7) store(7, a7);
+}
+
 // Output chunks (vectors) per WeightedV call of 4 items: 4 x NV accumulators + NV V chunks +
 // a weight must fit the vector registers. AVX-512 has 32 (4 chunks: 21 live); AVX2 16, where
 // 4 chunks spilled accumulators to the stack and each spilled chain went through a store and
@@ -506,7 +595,7 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
   thread_local std::vector<Item> ibuf;
   if (qbuf.size() < size_t(n_it * hdp)) qbuf.resize(size_t(n_it * hdp));
   if (sbuf.size() < size_t(n_it * ns)) sbuf.resize(size_t(n_it * ns));
-  if (kbuf.size() < size_t(4 * hdp)) kbuf.resize(size_t(4 * hdp));
+  if (kbuf.size() < size_t(8 * hdp)) kbuf.resize(size_t(8 * hdp));
   if (zbuf.size() < size_t(hd)) zbuf.resize(size_t(hd), KT());  // [hd] a zero K row
   if (ibuf.size() < size_t(n_it + 3)) ibuf.resize(size_t(n_it + 3));
   float* qp = qbuf.data();  // [n_it, hdp] query rows, zero-padded
@@ -588,14 +677,33 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
         all = all && it[i].lo <= bs && it[i].hi >= be;
       }
       if (!any) continue;
-      const bool one = b + 1 == n_it;  // a single item (decode of an MHA head): no others to test
+      if (n_it == 1) {  // a single item (decode of an MHA head): up to 8 chunks a pass
+        for (int64_t c0 = 0; c0 < hd; c0 += 8 * L) {
+          const int64_t nv = std::min<int64_t>(8, (hd - c0 + L - 1) / L);
+          const bool full = c0 + nv * L <= hd;
+#define TL_PV1(NV)                                                            \
+  full ? WeightedV1<NV, true>(bseg.data(), n_bseg, vahead, hd, it[0], bs, c0) \
+       : WeightedV1<NV, false>(bseg.data(), n_bseg, vahead, hd, it[0], bs, c0)
+          switch (nv) {
+            case 1: TL_PV1(1); break;
+            case 2: TL_PV1(2); break;
+            case 3: TL_PV1(3); break;
+            case 4: TL_PV1(4); break;
+            case 5: TL_PV1(5); break;
+            case 6: TL_PV1(6); break;
+            case 7: TL_PV1(7); break;
+            default: TL_PV1(8); break;
+          }
+#undef TL_PV1
+        }
+        continue;
+      }
       for (int64_t c0 = 0; c0 < hd; c0 += kVChunks * L) {
         const int64_t nv = std::min<int64_t>(kVChunks, (hd - c0 + L - 1) / L);
         const bool full = c0 + nv * L <= hd;
 #define TL_PV(NV, NI, FULL, ALL) WeightedV<NV, NI, FULL, ALL>(bseg.data(), n_bseg, vahead, hd, it + b, bs, c0, b == 0)
         if (nv == kVChunks && full) {  // head_dim a multiple of kVChunks vectors (64 on AVX-512)
-          if (one) TL_PV(kVChunks, 1, true, false);
-          else if (all) TL_PV(kVChunks, 4, true, true);
+          if (all) TL_PV(kVChunks, 4, true, true);
           else TL_PV(kVChunks, 4, true, false);
         } else if (nv == 4) TL_PV(4, 4, false, false);
         else if (nv == 3) TL_PV(3, 4, false, false);
