@@ -9,6 +9,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/test_util.h"
+#include "cpu/thread_pool.h"
 #include "ops/reference.h"
 #include "ops/test_util.h"
 
@@ -91,6 +92,47 @@ TEST(CpuAdd, ExactAndAliases) {
       ASSERT_EQ(a2, ref);
     }
   });
+}
+
+// Calls big enough to be split across the pool (a prefill piece: 512 x 2051, odd so that
+// chunks and rows end mid-vector) give the bits of one thread, and of rows / halves alone.
+TEST(CpuElementwise, SplitAcrossThreadsBitIdentical) {
+  const int before = num_threads();
+  const int64_t T = 512, D = 2051, n = T * D;
+  const auto x = random_floats(size_t(n), 41, -20.f, 20.f);
+  const auto u = random_floats(size_t(n), 42, -3.f, 3.f);
+  const auto w = random_floats(size_t(D), 43, 0.5f, 1.5f);
+  const size_t sn = static_cast<size_t>(n);
+  std::vector<float> norm1(sn), silu1(sn), add1(sn);
+  set_num_threads(1);
+  rmsnorm(x.data(), T, D, w.data(), 1e-5f, norm1.data());
+  silu_mul(x.data(), u.data(), n, silu1.data());
+  add(x.data(), u.data(), n, add1.data());
+  for (int th : {2, 3}) {
+    set_num_threads(th);
+    std::vector<float> norm(sn), silu(sn), sum(sn);
+    rmsnorm(x.data(), T, D, w.data(), 1e-5f, norm.data());
+    silu_mul(x.data(), u.data(), n, silu.data());
+    add(x.data(), u.data(), n, sum.data());
+    EXPECT_EQ(norm, norm1) << th << " threads";
+    EXPECT_EQ(silu, silu1) << th << " threads";
+    EXPECT_EQ(sum, add1) << th << " threads";
+  }
+  set_num_threads(before);
+  // Against calls too small to split: rows alone (a row of silu / add starting mid-chunk),
+  // and the exact reference add.
+  for (int64_t t : {0, 77, 511}) {
+    std::vector<float> nr(static_cast<size_t>(D)), sr(static_cast<size_t>(D));
+    rmsnorm(x.data() + t * D, 1, D, w.data(), 1e-5f, nr.data());
+    silu_mul(x.data() + t * D, u.data() + t * D, D, sr.data());
+    for (int64_t i = 0; i < D; ++i) {
+      ASSERT_EQ(nr[size_t(i)], norm1[size_t(t * D + i)]) << "t=" << t << " i=" << i;
+      ASSERT_EQ(sr[size_t(i)], silu1[size_t(t * D + i)]) << "t=" << t << " i=" << i;
+    }
+  }
+  std::vector<float> ref(sn);
+  ops::ref::add(x.data(), u.data(), n, ref.data());
+  EXPECT_EQ(add1, ref);
 }
 
 }  // namespace
