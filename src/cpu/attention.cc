@@ -385,6 +385,23 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
   }
 }
 
+// The V rows of a key block's runs in position order: fn(p, vr, vs) for each position p,
+// with vr its V row of kv head g from element c0 on and vs its INT8 V scale (1 for F32 /
+// F16). The ring row advances without a division.
+template <typename KT, class Fn>
+HWY_INLINE void ForEachVRow(const Seg<KT>* seg, int64_t n_seg, int64_t c0, const Fn& fn) {
+  for (int64_t s = 0; s < n_seg; ++s) {
+    const Seg<KT>& sg = seg[s];
+    int64_t r = sg.lo % sg.cap;  // ring row of position p
+    for (int64_t p = sg.lo; p < sg.lo + sg.n; ++p) {
+      float vs = 1.f;
+      if constexpr (kScaled<KT>) vs = sg.vs[r * sg.ss];
+      fn(p, sg.v + r * sg.rs + c0, vs);
+      if (++r == sg.cap) r = 0;
+    }
+  }
+}
+
 // o[c0 .. c0 + NV*L) of up to four items over one key block, the online-softmax update of
 // their outputs: o = alpha * o + sum over p of the block's part of the item's window, in
 // position order, of w[p] * V[p] (INT8: w[p] * v_scale[p]); on an item's first block o = 0
@@ -429,24 +446,17 @@ HWY_NOINLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, Ahead<KT> ahead, 
   // clang-format on
   const int64_t lo0 = it[0].lo, hi0 = it[0].hi, lo1 = it[1].lo, hi1 = it[1].hi;
   const int64_t lo2 = it[2].lo, hi2 = it[2].hi, lo3 = it[3].lo, hi3 = it[3].hi;
-  for (int64_t s = 0; s < n_seg; ++s) {
-    const KT* vbase = seg[s].v;
-    const int64_t cap = seg[s].cap, n = seg[s].n, rs = seg[s].rs;
-    int64_t r = seg[s].lo % cap;  // ring row of position lo + p, advanced without a division
-    for (int64_t p = seg[s].lo; p < seg[s].lo + n; ++p) {
-      const KT* vr = vbase + r * rs + c0;  // [hd - c0] from chunk c0 on
-      if constexpr (!kVWithK<KT>) {
-        if (prefetch) {
-          ahead.fetch(false, c0, std::min<int64_t>(hd - c0, NV * L));
-          ahead.next();
-        }
+  ForEachVRow(seg, n_seg, c0, [&](int64_t p, const KT* vr, float vsc) HWY_ATTR {
+    if constexpr (!kVWithK<KT>) {
+      if (prefetch) {
+        ahead.fetch(false, c0, std::min<int64_t>(hd - c0, NV * L));
+        ahead.next();
       }
-      const V v0 = LoadChunk<kFull>(df, vr, 0, hd - c0);
-      const V v1 = NV > 1 ? LoadChunk<kFull>(df, vr, L, hd - c0) : v0;
-      const V v2 = NV > 2 ? LoadChunk<kFull>(df, vr, 2 * L, hd - c0) : v0;
-      const V v3 = NV > 3 ? LoadChunk<kFull>(df, vr, 3 * L, hd - c0) : v0;
-      float vsc = 1.f;
-      if constexpr (kScaled<KT>) vsc = seg[s].vs[r * seg[s].ss];
+    }
+    const V v0 = LoadChunk<kFull>(df, vr, 0, hd - c0);
+    const V v1 = NV > 1 ? LoadChunk<kFull>(df, vr, L, hd - c0) : v0;
+    const V v2 = NV > 2 ? LoadChunk<kFull>(df, vr, 2 * L, hd - c0) : v0;
+    const V v3 = NV > 3 ? LoadChunk<kFull>(df, vr, 3 * L, hd - c0) : v0;
 // clang-format off
 #define TL_ITEM(i)                                                   \
   if (NI > i && (kAll || (p >= lo##i && p <= hi##i))) {             \
@@ -458,13 +468,11 @@ HWY_NOINLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, Ahead<KT> ahead, 
     if constexpr (NV > 2) a##i##2 = hn::MulAdd(wv, v2, a##i##2);     \
     if constexpr (NV > 3) a##i##3 = hn::MulAdd(wv, v3, a##i##3);     \
   }
-      TL_ITEM(0) TL_ITEM(1) TL_ITEM(2) TL_ITEM(3)
+    TL_ITEM(0) TL_ITEM(1) TL_ITEM(2) TL_ITEM(3)
 #undef TL_ITEM
-          // clang-format on
-          (void) vsc;
-      if (++r == cap) r = 0;
-    }
-  }
+        // clang-format on
+        (void) vsc;
+  });
   // Stored by name: an array of the accumulators indexed in a loop here made GCC 12 keep half
   // of them on the stack through the key loop (a store and a reload a key on their chains).
   const auto store = [&](const Item& t, int v, V acc) HWY_ATTR {
@@ -510,32 +518,24 @@ HWY_NOINLINE void WeightedV1(const Seg<KT>* seg, int64_t n_seg, Ahead<KT> ahead,
   if constexpr (NV > 5) a5 = hn::Mul(LoadChunk<kFull>(df, o, 5 * L, hd - c0), al);
   if constexpr (NV > 6) a6 = hn::Mul(LoadChunk<kFull>(df, o, 6 * L, hd - c0), al);
   if constexpr (NV > 7) a7 = hn::Mul(LoadChunk<kFull>(df, o, 7 * L, hd - c0), al);
-  for (int64_t s = 0; s < n_seg; ++s) {
-    const KT* vbase = seg[s].v;
-    const int64_t cap = seg[s].cap, n = seg[s].n, rs = seg[s].rs;
-    int64_t r = seg[s].lo % cap;  // ring row of position lo + p, advanced without a division
-    for (int64_t p = seg[s].lo; p < seg[s].lo + n; ++p) {
-      const KT* vr = vbase + r * rs + c0;  // [hd - c0] from chunk c0 on
-      if constexpr (!kVWithK<KT>) {
-        ahead.fetch(false, c0, std::min<int64_t>(hd - c0, NV * L));
-        ahead.next();
-      }
-      if (p >= it.lo && p <= it.hi) {
-        float w = it.s[p - bs];
-        if constexpr (kScaled<KT>) w = w * seg[s].vs[r * seg[s].ss];
-        const V wv = hn::Set(df, w);
-        a0 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 0, hd - c0), a0);
-        if constexpr (NV > 1) a1 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, L, hd - c0), a1);
-        if constexpr (NV > 2) a2 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 2 * L, hd - c0), a2);
-        if constexpr (NV > 3) a3 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 3 * L, hd - c0), a3);
-        if constexpr (NV > 4) a4 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 4 * L, hd - c0), a4);
-        if constexpr (NV > 5) a5 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 5 * L, hd - c0), a5);
-        if constexpr (NV > 6) a6 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 6 * L, hd - c0), a6);
-        if constexpr (NV > 7) a7 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 7 * L, hd - c0), a7);
-      }
-      if (++r == cap) r = 0;
+  ForEachVRow(seg, n_seg, c0, [&](int64_t p, const KT* vr, float vsc) HWY_ATTR {
+    if constexpr (!kVWithK<KT>) {
+      ahead.fetch(false, c0, std::min<int64_t>(hd - c0, NV * L));
+      ahead.next();
     }
-  }
+    if (p < it.lo || p > it.hi) return;
+    float w = it.s[p - bs];
+    if constexpr (kScaled<KT>) w = w * vsc;
+    const V wv = hn::Set(df, w);
+    a0 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 0, hd - c0), a0);
+    if constexpr (NV > 1) a1 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, L, hd - c0), a1);
+    if constexpr (NV > 2) a2 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 2 * L, hd - c0), a2);
+    if constexpr (NV > 3) a3 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 3 * L, hd - c0), a3);
+    if constexpr (NV > 4) a4 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 4 * L, hd - c0), a4);
+    if constexpr (NV > 5) a5 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 5 * L, hd - c0), a5);
+    if constexpr (NV > 6) a6 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 6 * L, hd - c0), a6);
+    if constexpr (NV > 7) a7 = hn::MulAdd(wv, LoadChunk<kFull>(df, vr, 7 * L, hd - c0), a7);
+  });
   const auto store = [&](int v, V acc) HWY_ATTR {
     const int64_t c = c0 + v * L;
     if (c + L <= hd) hn::StoreU(acc, df, it.o + c);

@@ -189,15 +189,17 @@ HWY_INLINE void FusedDot(const float* const* HWY_RESTRICT x, const WT* HWY_RESTR
     if constexpr (MR * R > 2) a2 = hn::MulAdd(xv(2 % MR), wv(2 / MR), a2);
     if constexpr (MR * R > 3) a3 = hn::MulAdd(xv(3 % MR), wv(3 / MR), a3);
   };
-  const auto step = [&](size_t k) HWY_ATTR {
-    const V w0 = LoadF32(df, w + k);
-    const V w1 = R > 1 ? LoadF32(df, w + ld + k) : w0;
-    const V w2 = R > 2 ? LoadF32(df, w + 2 * ld + k) : w0;
-    const V w3 = R > 3 ? LoadF32(df, w + 3 * ld + k) : w0;
-    const V x0 = hn::LoadU(df, x[0] + k);
-    const V x1 = MR > 1 ? hn::LoadU(df, x[1] + k) : x0;
-    const V x2 = MR > 2 ? hn::LoadU(df, x[2] + k) : x0;
-    const V x3 = MR > 3 ? hn::LoadU(df, x[3] + k) : x0;
+  // One vector of every chain at k, each row's vector read by load(row pointer): LoadF32 for
+  // whole vectors, LoadF32Tail for the zero-padded tail.
+  const auto step_with = [&](size_t k, const auto& load) HWY_ATTR {
+    const V w0 = load(w + k);
+    const V w1 = R > 1 ? load(w + ld + k) : w0;
+    const V w2 = R > 2 ? load(w + 2 * ld + k) : w0;
+    const V w3 = R > 3 ? load(w + 3 * ld + k) : w0;
+    const V x0 = load(x[0] + k);
+    const V x1 = MR > 1 ? load(x[1] + k) : x0;
+    const V x2 = MR > 2 ? load(x[2] + k) : x0;
+    const V x3 = MR > 3 ? load(x[3] + k) : x0;
     fma_all([&](int i) HWY_ATTR { return i == 0   ? x0
                                          : i == 1 ? x1
                                          : i == 2 ? x2
@@ -206,6 +208,7 @@ HWY_INLINE void FusedDot(const float* const* HWY_RESTRICT x, const WT* HWY_RESTR
               return r == 0 ? w0 : r == 1 ? w1 : r == 2 ? w2 : w3;
             });
   };
+  const auto step = [&](size_t k) HWY_ATTR { step_with(k, [&](const auto* p) HWY_ATTR { return LoadF32(df, p); }); };
   size_t k = 0;
   if (L * kU * sizeof(WT) <= 64) {  // always on x86 targets (L is MaxLanes there)
     for (; k + kU * L <= K; k += kU * L) {
@@ -220,24 +223,7 @@ HWY_INLINE void FusedDot(const float* const* HWY_RESTRICT x, const WT* HWY_RESTR
     }
   }
   for (; k + L <= K; k += L) step(k);
-  if (k < K) {
-    const size_t rem = K - k;
-    const V w0 = LoadF32Tail(df, w + k, rem);
-    const V w1 = R > 1 ? LoadF32Tail(df, w + ld + k, rem) : w0;
-    const V w2 = R > 2 ? LoadF32Tail(df, w + 2 * ld + k, rem) : w0;
-    const V w3 = R > 3 ? LoadF32Tail(df, w + 3 * ld + k, rem) : w0;
-    const V x0 = LoadF32Tail(df, x[0] + k, rem);
-    const V x1 = MR > 1 ? LoadF32Tail(df, x[1] + k, rem) : x0;
-    const V x2 = MR > 2 ? LoadF32Tail(df, x[2] + k, rem) : x0;
-    const V x3 = MR > 3 ? LoadF32Tail(df, x[3] + k, rem) : x0;
-    fma_all([&](int i) HWY_ATTR { return i == 0   ? x0
-                                         : i == 1 ? x1
-                                         : i == 2 ? x2
-                                                  : x3; },
-            [&](int r) HWY_ATTR {
-              return r == 0 ? w0 : r == 1 ? w1 : r == 2 ? w2 : w3;
-            });
-  }
+  if (k < K) step_with(k, [&](const auto* p) HWY_ATTR { return LoadF32Tail(df, p, K - k); });
   out[0] = ReduceSumF32(df, a0);
   if constexpr (MR * R > 1) out[1] = ReduceSumF32(df, a1);
   if constexpr (MR * R > 2) out[2] = ReduceSumF32(df, a2);
