@@ -3,6 +3,7 @@
 // scalar reference (src/ops) and the SIMD kernels (src/cpu) quantize with the same code.
 #pragma once
 #include <cmath>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 
@@ -45,25 +46,39 @@ inline void q8_block_scales(float amax, int32_t qsum, float* d, float* s) {
   *s = half_to_float(float_to_half(df * float(qsum)));
 }
 
+// 127 / amax, not 1 / d: the x86 path multiplies by this (the generic C one by 1 / d).
+// 0 where the quotient overflows (amax == 0, or amax below 127 / FLT_MAX: a block of
+// subnormals): the block then quantizes to zeros, as it rounds to under fp16's least d anyway
+// (ggml multiplies by inf there, turning every lane to the x86 "integer indefinite").
+inline float q8_inverse_scale(float amax) {
+  const float id = 127.f / amax;
+  return id <= 3.40282347e38f ? id : 0.f;
+}
+
+// float -> int32 as cvtps2dq with round-to-nearest-even does it, in defined C++: values out of
+// int32 range and NaN (an inf or NaN activation) become INT32_MIN, the x86 "integer indefinite".
+// The add-and-subtract of 1.5 * 2^23 rounds |v| <= 2^22 half to even without a libm call on a
+// baseline x86-64 build (no SSE4.1 roundss); |x * id| <= 127 whenever x is finite.
+inline int32_t q8_round_like_cvtps(float v) {
+  if (!(std::fabs(v) <= 4194304.f)) return std::fabs(v) < 2147483648.f ? int32_t(std::nearbyint(v)) : INT32_MIN;
+  return int32_t((v + 12582912.f) - 12582912.f);
+}
+
 // One block of 32 activations, as ggml's x86 quantize_row_q8_1 forms it.
 //   x [32] in, q [32] out; d, s out (both already rounded through fp16, returned as float).
+// q is the low byte of each int32 (as vpmovdb and the AVX2 pack of low bytes keep it) and the
+// sum wraps modulo 2^32 (as vpaddd does): only an inf or NaN lane gets there.
 inline void quantize_block_q8(const float* x, int8_t* q, float* d, float* s) {
   float amax = 0.f;
   for (int j = 0; j < kQ8Block; ++j) amax = std::fmax(amax, std::fabs(x[j]));
-  // 127 / amax, not 1 / d: the x86 path multiplies by this (the generic C one by 1 / d).
-  const float id = amax != 0.f ? 127.f / amax : 0.f;
-  int32_t sum = 0;
+  const float id = q8_inverse_scale(amax);
+  uint32_t sum = 0;
   for (int j = 0; j < kQ8Block; ++j) {
-    // Round half to even (default rounding mode), as _mm256_round_ps with _MM_ROUND_NEAREST
-    // (the generic C path's roundf rounds half away from zero): adding and subtracting
-    // 1.5 * 2^23 leaves the integer nearest |v| <= 2^22 - the same as nearbyint, without
-    // a libm call on a baseline x86-64 build (no SSE4.1 roundss).
-    const float r = (x[j] * id + 12582912.f) - 12582912.f;
-    const int32_t v = int32_t(r);
-    q[j] = int8_t(v);
-    sum += v;
+    const int32_t v = q8_round_like_cvtps(x[j] * id);
+    q[j] = int8_t(uint8_t(uint32_t(v) & 0xffu));
+    sum += uint32_t(v);
   }
-  q8_block_scales(amax, sum, d, s);
+  q8_block_scales(amax, int32_t(sum), d, s);
 }
 
 // A row x[K] (K a multiple of 32): q [K], d [K / 32], s [K / 32].

@@ -455,7 +455,7 @@ TL_AVX2 void quantize_row_q8_avx2(const float* x, int64_t K, int8_t* q, float* d
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
     const float amax = _mm_cvtss_f32(m4);
-    const __m256 id = _mm256_set1_ps(amax != 0.f ? 127.f / amax : 0.f);
+    const __m256 id = _mm256_set1_ps(ops::detail::q8_inverse_scale(amax));
     __m256i qv[4];
     __m256i sum = _mm256_setzero_si256();
     for (int j = 0; j < 4; ++j) {

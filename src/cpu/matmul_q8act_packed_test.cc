@@ -202,7 +202,9 @@ TEST(CpuQ8ActPacked, BigWeightEveryThread) {
 
 // The AVX2 kernel's own quantizer against the scalar one, bit for bit (q, d, s): random
 // rows, ties (amax 127 makes id 1, so x = k + 0.5 rounds half to even), zeros of both signs,
-// an all-zero block, subnormals, 1e38, and blocks whose amax sits in each of the 32 lanes.
+// an all-zero block, subnormals (127 / amax overflows: q = 0), 1e38, a block with two infs
+// and a NaN (the x86 integer indefinite, its sum wrapping), and blocks whose amax sits in each
+// of the 32 lanes.
 TEST(CpuQ8ActPacked, Avx2QuantizerIsTheReference) {
   if (!detail::packed_avx2_supported()) GTEST_SKIP() << "no AVX2 + FMA + F16C";
   const int64_t nb = 40, K = nb * 32;
@@ -214,12 +216,16 @@ TEST(CpuQ8ActPacked, Avx2QuantizerIsTheReference) {
     x[size_t(96 + k)] = k == 31 ? -1e38f : float(k);  // block 3: near the float max
   }
   for (int64_t b = 4; b < 36; ++b) x[size_t(b * 32 + (b - 4))] = -50.f;  // amax in lane b - 4
+  x[size_t(36 * 32 + 3)] = INFINITY, x[size_t(36 * 32 + 9)] = -INFINITY, x[size_t(36 * 32 + 20)] = NAN;
   std::vector<int8_t> q(static_cast<size_t>(K)), qr(static_cast<size_t>(K));
   const size_t nbs = static_cast<size_t>(nb);
   std::vector<float> d(nbs), s(nbs), dr(nbs), sr(nbs);
   ops::detail::quantize_row_q8(x.data(), K, qr.data(), dr.data(), sr.data());
   detail::quantize_row_q8_avx2(x.data(), K, q.data(), d.data(), s.data());
   for (int64_t k = 0; k < K; ++k) ASSERT_EQ(q[size_t(k)], qr[size_t(k)]) << "k=" << k;
+  for (int64_t k = 64; k < 96; ++k) ASSERT_EQ(qr[size_t(k)], 0) << "subnormal block, k=" << k;
+  EXPECT_EQ(dr[2], 0.f);  // fp16 has no d that small
+  EXPECT_FALSE(std::isfinite(sr[36]));  // the non-finite block poisons its sum, not a wrong finite
   for (int64_t b = 0; b < nb; ++b) {
     ASSERT_EQ(bits(d[size_t(b)]), bits(dr[size_t(b)])) << "d, block " << b;
     ASSERT_EQ(bits(s[size_t(b)]), bits(sr[size_t(b)])) << "s, block " << b;

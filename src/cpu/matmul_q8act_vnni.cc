@@ -312,7 +312,7 @@ TL_VNNI void quantize_row_q8_avx512(const float* x, int64_t K, Q8RowLayout layou
     m = _mm512_max_ps(_mm512_and_ps(x1, abs_mask), m);
     const float a = _mm512_reduce_max_ps(m);
     amax[b] = a;
-    const __m512 id = _mm512_set1_ps(a != 0.f ? 127.f / a : 0.f);
+    const __m512 id = _mm512_set1_ps(ops::detail::q8_inverse_scale(a));
     const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_round_ps(x0, id, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_round_ps(x1, id, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     qsum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));

@@ -4,7 +4,8 @@
 // quantized matmul (quantize_row_q8_0 / quantize_row_q8_1, AVX2 path):
 //   amax = max |x_j|;  d = fp16(amax / 127);  q_j = round_half_even(x_j * (127 / amax))
 //   s    = fp16(d_f32 * sum_j q_j)   (Q8_1's block sum; d_f32 is amax / 127 before rounding)
-// (amax == 0: d = 0, q = 0, s = 0). The product is then integer per block:
+// (amax == 0, or so small that 127 / amax overflows: q = 0; an inf or NaN lane gives the x86
+// integer indefinite, q = 0 and INT32_MIN in the sum, so the row's output is not finite). The product is then integer per block:
 //   y[t, n] = sum_b (d_w * d_x) * isum_b  +  sum_b o_w * s_x      (o_w = 0 for int8)
 //   isum_b  = sum_{j in block b} q_w[j] * q_x[j]   (int8 x int8, or int4 0..15 x int8)
 // the first sum accumulated in float in block order, the second apart (as ggml's
