@@ -279,7 +279,7 @@ int main() {
   if (std::getenv("TINYLOOP_BENCH_BATCH_ONLY")) {
     for (int64_t T : {1, 4, 8, 16, 32, 64}) matmul_case("batch", T, 768, 2048, DType::F16, T <= 8 ? 50 : 20);
     // The head: 49 MB of F16 weights, streamed from memory every step.
-    for (int64_t T : {1, 16, 64}) matmul_case("batch", T, 768, 32000, DType::F16, 5);
+    for (int64_t T : {1, 5, 8, 16, 64}) matmul_case("batch", T, 768, 32000, DType::F16, 5);
     return 0;
   }
   // TINYLOOP_BENCH_LOOP_BLOCK=1: only the decode of the loop block (loop_block_case).

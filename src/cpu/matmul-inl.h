@@ -57,13 +57,15 @@ constexpr int kTileMR = 3, kTileNR = 4;  // 12 + 3 + 1 = 16 of 16
   if constexpr (MR > I && NR > J) out[I * NR + J] = ReduceSumF32(df, a##I##J);
 
 // out[i * NR + j] = dot(x_i[K], W_j[K]) for i < MR, j < NR (both <= 4), with the
-// per-element arithmetic described at the top.
+// per-element arithmetic described at the top. kPrefetch: also prefetches into L2 a line of
+// each of pf's 4 rows every 64 bytes of w (the batched decode's next weight group).
 //   x   MR row pointers, each [K] float (pointers may repeat: padding rows)
 //   w   NR row pointers, each [K] of WT
 //   out [MR * NR]
-template <int MR, int NR, typename WT>
+//   pf  4 row pointers, each [K] of WT (kPrefetch only)
+template <int MR, int NR, typename WT, bool kPrefetch = false>
 HWY_INLINE void DotTile(const float* const* HWY_RESTRICT x, const WT* const* HWY_RESTRICT w,
-                        size_t K, float* HWY_RESTRICT out) {
+                        size_t K, float* HWY_RESTRICT out, const WT* const* HWY_RESTRICT pf = nullptr) {
   static_assert(MR >= 1 && MR <= 4 && NR >= 1 && NR <= 4, "tile up to 4 x 4");
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
@@ -83,6 +85,14 @@ HWY_INLINE void DotTile(const float* const* HWY_RESTRICT x, const WT* const* HWY
     TINYLOOP_TILE_COLUMN(1, LoadF32(df, w[1] + k))
     TINYLOOP_TILE_COLUMN(2, LoadF32(df, w[2] + k))
     TINYLOOP_TILE_COLUMN(3, LoadF32(df, w[3] + k))
+    if constexpr (kPrefetch) {
+      if ((k * sizeof(WT)) % 64 == 0) {
+        __builtin_prefetch(pf[0] + k, 0, 2);
+        __builtin_prefetch(pf[1] + k, 0, 2);
+        __builtin_prefetch(pf[2] + k, 0, 2);
+        __builtin_prefetch(pf[3] + k, 0, 2);
+      }
+    }
   }
   if (k < K) {
     const size_t rem = K - k;
@@ -326,9 +336,11 @@ HWY_NOINLINE void TiledRange(const detail::MatmulArgs& a, int64_t n0, int64_t n1
 }
 
 // y[t0 .. t0+mt, j0 .. j0+mj] (mt <= MR, mj <= kTileNR) with the tile of the prefill path on
-// the weight rows as stored, widened in registers (as the fused path does).
+// the weight rows as stored, widened in registers (as the fused path does); pf: null, or the
+// kTileNR rows [K] of WT to prefetch meanwhile.
 template <int MR, typename WT>
-HWY_INLINE void DirectTile(const detail::MatmulArgs& a, int64_t t0, int64_t mt, int64_t j0, int64_t mj) {
+HWY_INLINE void DirectTile(const detail::MatmulArgs& a, int64_t t0, int64_t mt, int64_t j0, int64_t mj,
+                           const WT* const* pf) {
   const WT* w = static_cast<const WT*>(a.w);  // [N, K]
   const int64_t K = a.K;
   const float* xr[MR];
@@ -336,7 +348,8 @@ HWY_INLINE void DirectTile(const detail::MatmulArgs& a, int64_t t0, int64_t mt, 
   const WT* wr[kTileNR];
   for (int q = 0; q < kTileNR; ++q) wr[q] = w + (j0 + std::min<int64_t>(q, mj - 1)) * K;
   float acc[MR * kTileNR];
-  DotTile<MR, kTileNR, WT>(xr, wr, size_t(K), acc);
+  if (pf) DotTile<MR, kTileNR, WT, true>(xr, wr, size_t(K), acc, pf);
+  else DotTile<MR, kTileNR, WT>(xr, wr, size_t(K), acc);
   StoreTile<kTileNR>(acc, mt, mj, a.bias, a.y, a.N, t0, j0);
 }
 
@@ -349,24 +362,30 @@ HWY_INLINE void DirectTile(const detail::MatmulArgs& a, int64_t t0, int64_t mt, 
 // prefetch goes to L2, as FusedDot's (kFusedPrefetchBytes): bench/batched_decode.py, F16,
 // EPYC Zen 4 (2026-12-04), into L1 / L2, tokens/s: 1 thread B = 8 165-169 / 207-213,
 // B = 16 208 / 249, B = 32 257-263 / 278-284, B = 64 286 / 293; 2 threads B = 16 412 / 459,
-// B = 64 538 / 564.
+// B = 64 538 / 564. The next group's prefetches are spread over the first tile's k loop (a
+// line of each row every 64 bytes, DotTile's kPrefetch) rather than issued in one burst
+// before it: the burst of 96 held the miss buffers and then left the stream idle. 32000 x
+// 768 F16 head from memory (`TINYLOOP_BENCH_BATCH_ONLY=1 cpu_kernels_bench`, one thread,
+// EPYC Zen 5, 2026-12-07), GFLOP/s burst / spread: T = 8 68-98 / 107-124, T = 16 97-105 /
+// 133-146, T = 64 145-157 / 164-173; a burst 16 KiB ahead measured slower (T = 8 76-81), and
+// spreading two groups ahead the same as one.
 template <typename WT>
 HWY_NOINLINE void DirectRange(const detail::MatmulArgs& a, int64_t n0, int64_t n1) {
+  static_assert(kTileNR == 4, "DotTile prefetches 4 rows of the next group");
   const WT* w = static_cast<const WT*>(a.w);  // [N, K]
-  const int64_t row_bytes = a.K * int64_t(sizeof(WT));
   for (int64_t j = n0; j < n1; j += kTileNR) {
     const int64_t mj = std::min<int64_t>(kTileNR, n1 - j);
-    const int64_t p0 = j + kTileNR, p1 = std::min<int64_t>(n1, p0 + kTileNR);  // the next group
-    if (p0 < p1) {
-      const char* next = reinterpret_cast<const char*>(w + p0 * a.K);
-      for (int64_t off = 0; off < (p1 - p0) * row_bytes; off += 64) __builtin_prefetch(next + off, 0, 2);
-    }
+    // The next group's rows, prefetched a line per row every 64 bytes of the first pass.
+    const int64_t p0 = std::min<int64_t>(j + kTileNR, n1 - 1);
+    const WT* pf[kTileNR];
+    for (int q = 0; q < kTileNR; ++q) pf[q] = w + std::min<int64_t>(p0 + q, n1 - 1) * a.K;
     for (int64_t t = 0; t < a.T; t += kTileMR) {
+      const WT* const* p = t == 0 ? pf : nullptr;
       switch (std::min<int64_t>(kTileMR, a.T - t)) {
-        case 1: DirectTile<1, WT>(a, t, 1, j, mj); break;
-        case 2: DirectTile<2, WT>(a, t, 2, j, mj); break;
-        case 3: DirectTile<3, WT>(a, t, 3, j, mj); break;
-        default: DirectTile<kTileMR, WT>(a, t, kTileMR, j, mj); break;
+        case 1: DirectTile<1, WT>(a, t, 1, j, mj, p); break;
+        case 2: DirectTile<2, WT>(a, t, 2, j, mj, p); break;
+        case 3: DirectTile<3, WT>(a, t, 3, j, mj, p); break;
+        default: DirectTile<kTileMR, WT>(a, t, kTileMR, j, mj, p); break;
       }
     }
   }
