@@ -119,6 +119,19 @@ TEST(KvQuant, RowRoundTrip) {
   std::vector<int8_t> q(9, 5);
   EXPECT_EQ(ops::quantize_row_i8(zeros.data(), 9, q.data()), 0.f);
   for (int8_t e : q) EXPECT_EQ(e, 0);
+  // Subnormal rows (127 / amax overflows): zeros stay 0 and the rest round as any row's.
+  const std::vector<float> tiny = {0.f, 1e-39f, -2e-39f, 0.f, 5e-40f, -0.f};
+  std::vector<int8_t> qt(tiny.size());
+  const float st = ops::quantize_row_i8(tiny.data(), int64_t(tiny.size()), qt.data());
+  EXPECT_EQ(st, 2e-39f / 127.f);
+  const std::vector<int8_t> want = {0, 64, -127, 0, 32, 0};  // 63.5 and 31.75 round to even / nearest
+  for (size_t i = 0; i < tiny.size(); ++i) EXPECT_EQ(qt[i], want[i]) << i;
+  // Below 127 x the least subnormal the scale itself is 0: an all-zero row.
+  const std::vector<float> tinier = {1e-44f, -1e-45f};
+  std::vector<int8_t> qz(2, 5);
+  EXPECT_EQ(ops::quantize_row_i8(tinier.data(), 2, qz.data()), 0.f);
+  EXPECT_EQ(qz[0], 0);
+  EXPECT_EQ(qz[1], 0);
 }
 
 TEST(KvQuant, WriteNeedsScales) {

@@ -16,13 +16,21 @@ float quantize_row_i8(const float* x, int64_t n, int8_t* q) {
     std::fill(q, q + n, int8_t{0});
     return 0.f;
   }
+  const float scale = amax / 127.f;
+  if (scale == 0.f) {  // amax below 127 x the least subnormal: the scale rounds to 0
+    std::fill(q, q + n, int8_t{0});
+    return 0.f;
+  }
   const float inv = 127.f / amax;
+  // A row of subnormals (amax < 127 / FLT_MAX) overflows inv to inf, which made its zeros
+  // NaN and then -127: it divides by its (subnormal) scale instead. The usual row multiplies.
+  const bool divide = !(inv <= 3.40282347e38f);
   for (int64_t i = 0; i < n; ++i) {
     // Clamp before converting: |x * inv| <= 127 up to rounding; NaN and inf*0 end up in range.
-    const float r = std::min(127.f, std::max(-127.f, x[i] * inv));
+    const float r = std::min(127.f, std::max(-127.f, divide ? x[i] / scale : x[i] * inv));
     q[i] = static_cast<int8_t>(std::nearbyint(r));
   }
-  return amax / 127.f;
+  return scale;
 }
 
 void kv_write_i8(const KvView& dst, const float* k_rows, const float* v_rows, const int64_t* pos, int64_t T) {
