@@ -3,7 +3,6 @@
 // scalar reference (src/ops) and the SIMD kernels (src/cpu) quantize with the same code.
 #pragma once
 #include <cmath>
-#include <climits>
 #include <cstdint>
 #include <cstdlib>
 
@@ -52,16 +51,15 @@ inline void q8_block_scales(float amax, int32_t qsum, float* d, float* s) {
 // (ggml multiplies by inf there, turning every lane to the x86 "integer indefinite").
 inline float q8_inverse_scale(float amax) {
   const float id = 127.f / amax;
-  return id <= 3.40282347e38f ? id : 0.f;
+  return std::isfinite(id) ? id : 0.f;
 }
 
-// float -> int32 as cvtps2dq with round-to-nearest-even does it, in defined C++: values out of
-// int32 range and NaN (an inf or NaN activation) become INT32_MIN, the x86 "integer indefinite".
-// The add-and-subtract of 1.5 * 2^23 rounds |v| <= 2^22 half to even without a libm call on a
-// baseline x86-64 build (no SSE4.1 roundss); |x * id| <= 127 whenever x is finite.
+// v = x * q8_inverse_scale(amax) to int32 as cvtps2dq with round-to-nearest-even does it, in
+// defined C++. v is either within +-127 (x finite) or inf / NaN (an inf or NaN activation),
+// which becomes INT32_MIN, the x86 "integer indefinite". The add-and-subtract of 1.5 * 2^23
+// rounds half to even without a libm call on a baseline x86-64 build (no SSE4.1 roundss).
 inline int32_t q8_round_like_cvtps(float v) {
-  if (!(std::fabs(v) <= 4194304.f)) return std::fabs(v) < 2147483648.f ? int32_t(std::nearbyint(v)) : INT32_MIN;
-  return int32_t((v + 12582912.f) - 12582912.f);
+  return std::isfinite(v) ? int32_t((v + 12582912.f) - 12582912.f) : INT32_MIN;
 }
 
 // One block of 32 activations, as ggml's x86 quantize_row_q8_1 forms it.
@@ -75,7 +73,7 @@ inline void quantize_block_q8(const float* x, int8_t* q, float* d, float* s) {
   uint32_t sum = 0;
   for (int j = 0; j < kQ8Block; ++j) {
     const int32_t v = q8_round_like_cvtps(x[j] * id);
-    q[j] = int8_t(uint8_t(uint32_t(v) & 0xffu));
+    q[j] = int8_t(uint8_t(uint32_t(v)));  // the low byte
     sum += uint32_t(v);
   }
   q8_block_scales(amax, int32_t(sum), d, s);

@@ -1,6 +1,6 @@
-// SIMD RMSNorm, SiLU-gate and residual add. A call of at least kParallelElems elements (a
-// prefill piece, a big batch) is split across the pool in row / whole-vector chunks; smaller
-// ones (decode) run on the calling thread, where waking the workers would cost more.
+// SIMD RMSNorm, SiLU-gate and residual add. A big call (a prefill piece, a big batch) is split
+// across the pool in row / whole-vector chunks; small ones (decode) run on the calling thread,
+// where waking the workers would cost more.
 //
 // Tails go through the same vector code as full vectors (zero-padded load, partial store),
 // so element i gets the same arithmetic wherever it falls: a flattened [T * F] call treats a
@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "cpu/kernels.h"
-#include "cpu/thread_pool.h"
+#include "cpu/matmul_split.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/elementwise.cc"
@@ -93,39 +93,29 @@ HWY_EXPORT(SiluMulN);
 HWY_EXPORT(AddN);
 
 namespace {
-// Elements from which a call is split across the pool. In a 2-thread prefill of the
-// benchmark model these ops ran on one thread while the other waited (~3 % of the wall
-// time, perf on the EPYC Zen 3, 2026-12-07).
-constexpr int64_t kParallelElems = 1 << 16;
-// Elements of a flat chunk: a multiple of every vector width, so that only the last chunk
-// has a tail, and each element's arithmetic is the same whatever the split.
-constexpr int64_t kFlatChunk = 1 << 14;
-
-// fn(i0, i1) over [0, n) in chunks of kFlatChunk, on the pool when n is large.
-template <class Fn>
-void for_flat_chunks(int64_t n, const Fn& fn) {
-  if (n < kParallelElems) return fn(int64_t{0}, n);
-  parallel_for((n + kFlatChunk - 1) / kFlatChunk,
-               [&](int64_t c) { fn(c * kFlatChunk, std::min(n, (c + 1) * kFlatChunk)); });
-}
+// Elements of a task: a multiple of every vector width, so that only the last chunk of a flat
+// call has a tail, and each element's arithmetic is the same whatever the split. Splitting
+// is the matmul driver's (for_row_chunks: one task below kMinParallelMacs elements, decode).
+// In a 2-thread prefill of the benchmark model these ops ran on one thread while the other
+// waited (~3 % of the wall time, perf on the EPYC Zen 3, 2026-12-07).
+constexpr int64_t kChunkElems = 1 << 14;
 }  // namespace
 
 void rmsnorm(const float* x, int64_t T, int64_t D, const float* w, float eps, float* y) {
   const auto fn = HWY_DYNAMIC_DISPATCH(RmsNorm);
-  if (T * D < kParallelElems || T < 2) return fn(x, T, D, w, eps, y);
-  const int64_t rows = std::max<int64_t>(1, kFlatChunk / std::max<int64_t>(D, 1));  // rows a task
-  parallel_for((T + rows - 1) / rows, [&](int64_t c) {
-    const int64_t t0 = c * rows, nt = std::min(T - t0, rows);
-    fn(x + t0 * D, nt, D, w, eps, y + t0 * D);  // each row is normalized on its own
+  const int64_t rows = std::max<int64_t>(1, kChunkElems / std::max<int64_t>(D, 1));  // rows a task
+  detail::for_row_chunks(1, T, D, rows, [&](int64_t t0, int64_t t1) {
+    fn(x + t0 * D, t1 - t0, D, w, eps, y + t0 * D);  // each row is normalized on its own
   });
 }
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   const auto fn = HWY_DYNAMIC_DISPATCH(SiluMulN);
-  for_flat_chunks(n, [&](int64_t i0, int64_t i1) { fn(gate + i0, up + i0, i1 - i0, out + i0); });
+  detail::for_row_chunks(1, n, 1, kChunkElems,
+                         [&](int64_t i0, int64_t i1) { fn(gate + i0, up + i0, i1 - i0, out + i0); });
 }
 void add(const float* a, const float* b, int64_t n, float* y) {
   const auto fn = HWY_DYNAMIC_DISPATCH(AddN);
-  for_flat_chunks(n, [&](int64_t i0, int64_t i1) { fn(a + i0, b + i0, i1 - i0, y + i0); });
+  detail::for_row_chunks(1, n, 1, kChunkElems, [&](int64_t i0, int64_t i1) { fn(a + i0, b + i0, i1 - i0, y + i0); });
 }
 }  // namespace tinyloop::cpu
 #endif

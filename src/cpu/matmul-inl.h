@@ -376,9 +376,8 @@ HWY_NOINLINE void DirectRange(const detail::MatmulArgs& a, int64_t n0, int64_t n
   for (int64_t j = n0; j < n1; j += kTileNR) {
     const int64_t mj = std::min<int64_t>(kTileNR, n1 - j);
     // The next group's rows, prefetched a line per row every 64 bytes of the first pass.
-    const int64_t p0 = std::min<int64_t>(j + kTileNR, n1 - 1);
     const WT* pf[kTileNR];
-    for (int q = 0; q < kTileNR; ++q) pf[q] = w + std::min<int64_t>(p0 + q, n1 - 1) * a.K;
+    for (int q = 0; q < kTileNR; ++q) pf[q] = w + std::min<int64_t>(j + kTileNR + q, n1 - 1) * a.K;
     for (int64_t t = 0; t < a.T; t += kTileMR) {
       const WT* const* p = t == 0 ? pf : nullptr;
       switch (std::min<int64_t>(kTileMR, a.T - t)) {

@@ -12,24 +12,23 @@ namespace tinyloop::ops {
 float quantize_row_i8(const float* x, int64_t n, int8_t* q) {
   float amax = 0.f;
   for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-  if (!(amax > 0.f)) {  // all zero (or NaN): nothing to scale
-    std::fill(q, q + n, int8_t{0});
-    return 0.f;
-  }
   const float scale = amax / 127.f;
-  if (scale == 0.f) {  // amax below 127 x the least subnormal: the scale rounds to 0
+  // All zero (or NaN), or amax below 127 x the least subnormal (the scale rounds to 0).
+  if (!(scale > 0.f)) {
     std::fill(q, q + n, int8_t{0});
     return 0.f;
   }
+  // A row of subnormals (amax < 127 / FLT_MAX) overflows 127 / amax to inf, which would turn
+  // its zeros into NaN and then -127: it divides by its (subnormal) scale instead.
   const float inv = 127.f / amax;
-  // A row of subnormals (amax < 127 / FLT_MAX) overflows inv to inf, which made its zeros
-  // NaN and then -127: it divides by its (subnormal) scale instead. The usual row multiplies.
-  const bool divide = !(inv <= 3.40282347e38f);
-  for (int64_t i = 0; i < n; ++i) {
-    // Clamp before converting: |x * inv| <= 127 up to rounding; NaN and inf*0 end up in range.
-    const float r = std::min(127.f, std::max(-127.f, divide ? x[i] / scale : x[i] * inv));
-    q[i] = static_cast<int8_t>(std::nearbyint(r));
-  }
+  const auto store = [&](const auto& scaled) {
+    for (int64_t i = 0; i < n; ++i) {
+      // Clamp before converting: |scaled| <= 127 up to rounding; NaN and inf*0 end up in range.
+      q[i] = static_cast<int8_t>(std::nearbyint(std::min(127.f, std::max(-127.f, scaled(x[i])))));
+    }
+  };
+  if (std::isinf(inv)) store([&](float v) { return v / scale; });
+  else store([&](float v) { return v * inv; });
   return scale;
 }
 
