@@ -12,7 +12,7 @@
 namespace tinyloop::py_bind {
 namespace py = pybind11;
 
-void bind_runtime(py::module_& m) {
+void bind_runtime(py::module_& m, py::module_& testing) {
   m.def(
       "set_num_threads",
       [](int n) {
@@ -50,6 +50,29 @@ void bind_runtime(py::module_& m) {
       "of the bf16 loop body (fp16_body=True: 'amx', 'avx512bf16' or 'portable-<target>'), "
       "whether AMX tiles are in use and, when not, why ('no AMX on this CPU', 'disabled by "
       "TINYLOOP_DISABLE_AMX', ...).");
+  testing.def(
+      "machine_bounds",
+      [](int threads, int64_t read_mib, int reps) {
+        if (read_mib < 1 || read_mib > 65536)
+          throw py::value_error("machine_bounds: read_mib must be in [1, 65536], got " + std::to_string(read_mib));
+        runtime::MachineBounds b;
+        {
+          py::gil_scoped_release nogil;  // seconds of probing
+          b = runtime::probe_machine(threads, read_mib << 20, reps);
+        }
+        py::dict d;
+        d["threads"] = b.threads;
+        d["read_gbps"] = b.read_gbps;
+        d["fma_gflops"] = b.fma_gflops;
+        d["simd_target"] = b.simd_target;
+        return d;
+      },
+      py::arg("threads") = 1, py::arg("read_mib") = 1024, py::arg("reps") = 5,
+      "What the machine can do at best with `threads` threads at once (bench/roofline.py): "
+      "{'threads', 'read_gbps' (memory read bandwidth over a read_mib MiB buffer, best of "
+      "reps), 'fma_gflops' (float32 FMA rate, on the kernels' SIMD target), 'simd_target'}. "
+      "ValueError for threads outside [1, 1024], read_mib outside [1, 65536], reps outside "
+      "[1, 100].");
 }
 
 }  // namespace tinyloop::py_bind

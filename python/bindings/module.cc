@@ -12,7 +12,7 @@
 namespace tinyloop::py_bind {
 void bind_model(py::module_& m, ModelClass& cls);
 void bind_sampler(py::module_& testing);
-void bind_runtime(py::module_& m);
+void bind_runtime(py::module_& m, py::module_& testing);
 void bind_depth(ModelClass& cls, py::module_& testing);
 void bind_resume(py::module_& m, ModelClass& cls);
 void bind_prefix_cache(py::module_& m, ModelClass& cls);
@@ -67,7 +67,7 @@ PYBIND11_MODULE(tinyloop_py, m) {
   ModelClass cls(m, "Model");
   bind_model(m, cls);
   bind_sampler(testing);
-  bind_runtime(m);
+  bind_runtime(m, testing);
   bind_depth(cls, testing);
   bind_resume(m, cls);
   bind_prefix_cache(m, cls);

@@ -10,6 +10,7 @@
 
 #include "cpu/amx.h"
 #include "cpu/kernels.h"
+#include "cpu/machine_probe.h"
 #include "cpu/thread_pool.h"
 #include "ops/matmul_bf16dot.h"
 #include "ops/matmul_q8act.h"
@@ -127,6 +128,11 @@ BackendInfo backend_info() {
   i.amx = cpu::amx_bf16_active();
   i.amx_reason = cpu::amx_inactive_reason();
   return i;
+}
+
+MachineBounds probe_machine(int threads, int64_t read_bytes, int reps) {
+  const cpu::MachineBounds b = cpu::probe_machine(threads, read_bytes, reps);
+  return {b.threads, b.read_gbps, b.fma_gflops, b.simd_target};
 }
 
 WeightCopies make_bf16dot_copies(const std::vector<WeightView*>& views) {

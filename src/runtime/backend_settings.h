@@ -22,5 +22,10 @@ inline int num_threads() { return ops::num_threads(); }
 inline void set_force_scalar(bool on) { ops::set_force_scalar(on); }
 inline void configure_backend(const BackendSettings& s) { ops::configure_backend(s); }
 inline BackendInfo backend_info() { return ops::backend_info(); }
+// The machine's read bandwidth and FMA rate at `threads` threads (ops/backend.h).
+using MachineBounds = ops::MachineBounds;
+inline MachineBounds probe_machine(int threads, int64_t read_bytes, int reps) {
+  return ops::probe_machine(threads, read_bytes, reps);
+}
 
 }  // namespace tinyloop::runtime
