@@ -35,6 +35,13 @@ namespace hn = hwy::HWY_NAMESPACE;
 // vectors + 1 weight vector must fit. AVX-512 has 32 vector registers, AVX2 and SSE 16.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr int kTileMR = 4, kTileNR = 4;  // 16 + 4 + 1 = 21 of 32
+// The prefill path's 8 x 3 tile (DotTile83: 24 + 3 + 1 of 32) runs where its 8 x rows of K
+// floats fit this (K <= 1024), so they stay in L1 while the weight rows stream from L2;
+// beyond it the 4 x 4 tile is faster. EPYC Zen 5, one thread, F16, T = 512
+// (`TINYLOOP_BENCH_PREFILL_SHAPES=1 cpu_kernels_bench`, the two tiles alternating in one
+// binary, 2026-12-07), GFLOP/s 4 x 4 / 8 x 3: K = 256 144-150 / 159-169, K = 768 N = 768
+// 165-169 / 180-182, K = 768 N = 2048 141-163 / 164-176, K = 2048 137-139 / 116-118.
+constexpr int64_t kWideTileXBytes = 32 << 10;
 #else
 constexpr int kTileMR = 3, kTileNR = 4;  // 12 + 3 + 1 = 16 of 16
 #endif
@@ -119,6 +126,72 @@ HWY_INLINE void DotTile(const float* const* HWY_RESTRICT x, const WT* const* HWY
 }
 #undef TINYLOOP_TILE_COLUMN
 #undef TINYLOOP_TILE_OUT
+// clang-format on
+
+// The 8 x 3 tile of the prefill path (8 x rows, 3 weight rows: 24 accumulators + 3 weight
+// vectors + 1 x vector of AVX-512's 32 registers), with DotTile's per-element arithmetic
+// (each output one vector chain over k, the zero-padded tail, then ReduceSumF32's tree), so
+// its bits are DotTile's. Per k step 11 loads feed 24 FMAs (DotTile 4 x 4: 8 for 16), and the
+// weight rows, the stream from L2, are read once for 8 x rows instead of 4.
+//   x   8 row pointers, each [K] float (pointers may repeat: padding rows)
+//   w   3 row pointers, each [K] float
+//   out [8 * 3]
+// GCC folds a vector loaded once and used three times into three FMA memory operands (three
+// loads); an empty asm that claims to change the register keeps it one load.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define TINYLOOP_IN_REGISTER(v) asm("" : "+v"(v.raw));
+#else
+#define TINYLOOP_IN_REGISTER(v)
+#endif
+// Macro-generated registers, one statement a line: left as written.
+// clang-format off
+#define TINYLOOP_TILE83_ROW(I, LOADX)                   \
+  {                                                    \
+    V xv = LOADX;                                      \
+    TINYLOOP_IN_REGISTER(xv)                           \
+    r##I##0 = hn::MulAdd(xv, w0, r##I##0);             \
+    r##I##1 = hn::MulAdd(xv, w1, r##I##1);             \
+    r##I##2 = hn::MulAdd(xv, w2, r##I##2);             \
+  }
+#define TINYLOOP_TILE83_STEP(LOAD)                                                  \
+  const V w0 = LOAD(w[0]), w1 = LOAD(w[1]), w2 = LOAD(w[2]);                        \
+  TINYLOOP_TILE83_ROW(0, LOAD(x[0])) TINYLOOP_TILE83_ROW(1, LOAD(x[1]))             \
+  TINYLOOP_TILE83_ROW(2, LOAD(x[2])) TINYLOOP_TILE83_ROW(3, LOAD(x[3]))             \
+  TINYLOOP_TILE83_ROW(4, LOAD(x[4])) TINYLOOP_TILE83_ROW(5, LOAD(x[5]))             \
+  TINYLOOP_TILE83_ROW(6, LOAD(x[6])) TINYLOOP_TILE83_ROW(7, LOAD(x[7]))
+#define TINYLOOP_TILE83_OUT(I)                          \
+  {                                                    \
+    float o4[4];                                       \
+    ReduceSum4F32(df, r##I##0, r##I##1, r##I##2, r##I##2, o4); \
+    out[I * 3] = o4[0], out[I * 3 + 1] = o4[1], out[I * 3 + 2] = o4[2]; \
+  }
+HWY_INLINE void DotTile83(const float* const* HWY_RESTRICT x, const float* const* HWY_RESTRICT w, size_t K,
+                          float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const size_t L = hn::Lanes(df);
+  V r00 = hn::Zero(df), r01 = r00, r02 = r00, r10 = r00, r11 = r00, r12 = r00, r20 = r00, r21 = r00, r22 = r00;
+  V r30 = r00, r31 = r00, r32 = r00, r40 = r00, r41 = r00, r42 = r00, r50 = r00, r51 = r00, r52 = r00;
+  V r60 = r00, r61 = r00, r62 = r00, r70 = r00, r71 = r00, r72 = r00;
+  size_t k = 0;
+  for (; k + L <= K; k += L) {
+#define TINYLOOP_LOAD_FULL(P) hn::LoadU(df, (P) + k)
+    TINYLOOP_TILE83_STEP(TINYLOOP_LOAD_FULL)
+#undef TINYLOOP_LOAD_FULL
+  }
+  if (k < K) {
+    const size_t rem = K - k;
+#define TINYLOOP_LOAD_TAIL(P) LoadF32Tail(df, (P) + k, rem)
+    TINYLOOP_TILE83_STEP(TINYLOOP_LOAD_TAIL)
+#undef TINYLOOP_LOAD_TAIL
+  }
+  TINYLOOP_TILE83_OUT(0) TINYLOOP_TILE83_OUT(1) TINYLOOP_TILE83_OUT(2) TINYLOOP_TILE83_OUT(3)
+  TINYLOOP_TILE83_OUT(4) TINYLOOP_TILE83_OUT(5) TINYLOOP_TILE83_OUT(6) TINYLOOP_TILE83_OUT(7)
+}
+#undef TINYLOOP_IN_REGISTER
+#undef TINYLOOP_TILE83_ROW
+#undef TINYLOOP_TILE83_STEP
+#undef TINYLOOP_TILE83_OUT
 // clang-format on
 
 // y[t0 .. t0+mt, n0 .. n0+mj] from a tile result acc[MR * NR] (+ bias). Only the mt x mj
@@ -320,8 +393,8 @@ HWY_NOINLINE void TiledRange(const detail::MatmulArgs& a, int64_t n0, int64_t n1
     WidenRows(static_cast<const WT*>(a.w), K, ld, n0, nb, buf.data());
     tile = buf.data();
   }
-  for (int64_t t = 0; t < a.T; t += kTileMR) {
-    const int64_t mt = std::min<int64_t>(kTileMR, a.T - t);
+  // x rows t .. t + mt - 1 (mt <= kTileMR) against every kTileNR weight rows of the tile.
+  const auto rows4 = [&](int64_t t, int64_t mt) HWY_ATTR {
     const float* xr[kTileMR];
     XRows<kTileMR>(a, t, mt, xr);
     for (int64_t j = 0; j < nb; j += kTileNR) {
@@ -332,7 +405,39 @@ HWY_NOINLINE void TiledRange(const detail::MatmulArgs& a, int64_t n0, int64_t n1
       DotTile<kTileMR, kTileNR, float>(xr, wr, size_t(K), acc);
       StoreTile<kTileNR>(acc, mt, mj, a.bias, a.y, a.N, t, n0 + j);
     }
+  };
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // The 8 x 3 tile where its 8 x rows stay in L1 (kWideTileXBytes); blocks of up to 4 x rows
+  // (the last one) take the 4 x 4 tile, which computes fewer padding rows.
+  if (K * 8 * int64_t(sizeof(float)) <= kWideTileXBytes) {
+    int64_t t = 0;
+    for (; t + 4 < a.T; t += 8) {
+      const int64_t mt = std::min<int64_t>(8, a.T - t);
+      const float* xr[8];
+      XRows<8>(a, t, mt, xr);
+      int64_t j = 0;
+      for (; j + 3 <= nb; j += 3) {
+        const float* wr[3] = {tile + j * ld, tile + (j + 1) * ld, tile + (j + 2) * ld};
+        float acc[24];
+        DotTile83(xr, wr, size_t(K), acc);
+        StoreTile<3>(acc, mt, 3, a.bias, a.y, a.N, t, n0 + j);
+      }
+      // The last 1 or 2 weight rows: the 4-row tile on each half of the 8 x rows.
+      const int64_t mj = nb - j;
+      for (int64_t h = 0; h < mt && mj > 0; h += 4) {
+        const float* wr[2] = {tile + j * ld, tile + (j + mj - 1) * ld};
+        float acc[8];
+        if (mj == 1) DotTile<4, 1, float>(xr + h, wr, size_t(K), acc);
+        else DotTile<4, 2, float>(xr + h, wr, size_t(K), acc);
+        if (mj == 1) StoreTile<1>(acc, std::min<int64_t>(4, mt - h), 1, a.bias, a.y, a.N, t + h, n0 + j);
+        else StoreTile<2>(acc, std::min<int64_t>(4, mt - h), 2, a.bias, a.y, a.N, t + h, n0 + j);
+      }
+    }
+    if (t < a.T) rows4(t, a.T - t);
+    return;
   }
+#endif
+  for (int64_t t = 0; t < a.T; t += kTileMR) rows4(t, std::min<int64_t>(kTileMR, a.T - t));
 }
 
 // y[t0 .. t0+mt, j0 .. j0+mj] (mt <= MR, mj <= kTileNR) with the tile of the prefill path on
