@@ -159,12 +159,6 @@ HWY_INLINE void DotTile(const float* const* HWY_RESTRICT x, const WT* const* HWY
   TINYLOOP_TILE83_ROW(2, LOAD(x[2])) TINYLOOP_TILE83_ROW(3, LOAD(x[3]))             \
   TINYLOOP_TILE83_ROW(4, LOAD(x[4])) TINYLOOP_TILE83_ROW(5, LOAD(x[5]))             \
   TINYLOOP_TILE83_ROW(6, LOAD(x[6])) TINYLOOP_TILE83_ROW(7, LOAD(x[7]))
-#define TINYLOOP_TILE83_OUT(I)                          \
-  {                                                    \
-    float o4[4];                                       \
-    ReduceSum4F32(df, r##I##0, r##I##1, r##I##2, r##I##2, o4); \
-    out[I * 3] = o4[0], out[I * 3 + 1] = o4[1], out[I * 3 + 2] = o4[2]; \
-  }
 HWY_INLINE void DotTile83(const float* const* HWY_RESTRICT x, const float* const* HWY_RESTRICT w, size_t K,
                           float* HWY_RESTRICT out) {
   const hn::ScalableTag<float> df;
@@ -185,13 +179,17 @@ HWY_INLINE void DotTile83(const float* const* HWY_RESTRICT x, const float* const
     TINYLOOP_TILE83_STEP(TINYLOOP_LOAD_TAIL)
 #undef TINYLOOP_LOAD_TAIL
   }
-  TINYLOOP_TILE83_OUT(0) TINYLOOP_TILE83_OUT(1) TINYLOOP_TILE83_OUT(2) TINYLOOP_TILE83_OUT(3)
-  TINYLOOP_TILE83_OUT(4) TINYLOOP_TILE83_OUT(5) TINYLOOP_TILE83_OUT(6) TINYLOOP_TILE83_OUT(7)
+  // out[i * 3 + j] in order, four at a time (6 reductions of 4 outputs, none wasted).
+  ReduceSum4F32(df, r00, r01, r02, r10, out);
+  ReduceSum4F32(df, r11, r12, r20, r21, out + 4);
+  ReduceSum4F32(df, r22, r30, r31, r32, out + 8);
+  ReduceSum4F32(df, r40, r41, r42, r50, out + 12);
+  ReduceSum4F32(df, r51, r52, r60, r61, out + 16);
+  ReduceSum4F32(df, r62, r70, r71, r72, out + 20);
 }
 #undef TINYLOOP_IN_REGISTER
 #undef TINYLOOP_TILE83_ROW
 #undef TINYLOOP_TILE83_STEP
-#undef TINYLOOP_TILE83_OUT
 // clang-format on
 
 // y[t0 .. t0+mt, n0 .. n0+mj] from a tile result acc[MR * NR] (+ bias). Only the mt x mj
