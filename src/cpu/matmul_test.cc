@@ -79,8 +79,10 @@ TEST_P(CpuMatmul, OddSizesAgainstReference) {
     expect_close_to_reference(make_case(6, 2051, 21, GetParam(), 102), true);
     expect_close_to_reference(make_case(64, 129, 45, GetParam(), 103), true);
     expect_close_to_reference(make_case(67, 129, 45, GetParam(), 104), false);
-    // AVX-512's 8 x 3 prefill tile: a last block of 6 x rows, N = 47 leaving 2 weight rows.
+    // AVX-512's 8 x 3 prefill tile: a last block of 6 x rows, N = 47 leaving 2 weight rows;
+    // K = 2051 on the 4 x 4 tile, tasks of 12, 12 and 2 rows.
     expect_close_to_reference(make_case(70, 130, 47, GetParam(), 105), true);
+    expect_close_to_reference(make_case(70, 2051, 26, GetParam(), 106), true);
   });
 }
 
@@ -89,8 +91,8 @@ TEST_P(CpuMatmul, OddSizesAgainstReference) {
 // arithmetic depends on K only. Bit-exact.
 TEST_P(CpuMatmul, BatchAndSliceInvariant) {
   testing::for_each_target([&] {
-    // K up to 1024 runs AVX-512's 8 x 3 prefill tile (T = 70: a last block of 6 rows, N = 75:
-    // tasks leaving 1 and 2 weight rows), K = 1030 its 4 x 4 one.
+    // AVX-512's 8 x 3 prefill tile (T = 70: a last block of 6 rows, N = 75: tasks leaving
+    // weight rows to the 4-row tile), K = 1030 its 4 x 4 one.
     for (int64_t K : {7, 64, 131, 1030}) {
       const int64_t T = 70, N = 75;  // the whole call on the tiled path
       const Case c = make_case(T, K, N, GetParam(), uint32_t(K));
