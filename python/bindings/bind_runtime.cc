@@ -71,8 +71,8 @@ void bind_runtime(py::module_& m, py::module_& testing) {
       "What the machine can do at best with `threads` threads at once (bench/roofline.py): "
       "{'threads', 'read_gbps' (memory read bandwidth over a read_mib MiB buffer, best of "
       "reps), 'fma_gflops' (float32 FMA rate, on the kernels' SIMD target), 'simd_target'}. "
-      "ValueError for threads outside [1, 1024], read_mib outside [1, 65536], reps outside "
-      "[1, 100].");
+      "ValueError for threads outside [1, 1024], read_mib outside [1, 65536] or over half of "
+      "the machine's memory, reps outside [1, 100].");
 }
 
 }  // namespace tinyloop::py_bind

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "cpu/kernels.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -109,6 +111,13 @@ MachineBounds probe_machine(int threads, int64_t read_bytes, int reps) {
                                 std::to_string(read_bytes));
   if (reps < 1 || reps > 100)
     throw std::invalid_argument("probe_machine: reps must be in [1, 100], got " + std::to_string(reps));
+  // The buffer is written whole before it is read: past the machine's memory that would be a
+  // kill by the kernel's OOM killer, not an exception, so refuse more than half of it.
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const int64_t phys = pages > 0 && page > 0 ? int64_t(pages) * int64_t(page) : 0;
+  if (phys > 0 && read_bytes > phys / 2)
+    throw std::invalid_argument("probe_machine: read_bytes " + std::to_string(read_bytes) +
+                                " is more than half of this machine's memory (" + std::to_string(phys >> 20) + " MiB)");
 
   MachineBounds out;
   out.threads = threads;

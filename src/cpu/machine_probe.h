@@ -23,7 +23,7 @@ struct MachineBounds {
 // Reads a buffer of read_bytes (spread evenly over the threads; it must be far larger than
 // the last-level cache to measure memory, 1 GiB by default), best of reps passes; then runs
 // independent FMA chains on every thread. Throws std::invalid_argument for threads < 1 or >
-// 1024, read_bytes < 1 MiB or > 64 GiB, reps < 1 or > 100.
+// 1024, read_bytes < 1 MiB, > 64 GiB or over half of the machine's memory, reps < 1 or > 100.
 MachineBounds probe_machine(int threads, int64_t read_bytes = int64_t{1} << 30, int reps = 5);
 
 }  // namespace tinyloop::cpu

@@ -6,6 +6,9 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <string>
+
+#include <unistd.h>
 
 #include "cpu/kernels.h"
 
@@ -33,6 +36,17 @@ TEST(MachineProbe, RejectsBadArguments) {
   EXPECT_THROW(probe_machine(1, 1000), std::invalid_argument);
   EXPECT_THROW(probe_machine(1, int64_t{65} << 30), std::invalid_argument);
   EXPECT_THROW(probe_machine(1, int64_t{8} << 20, 0), std::invalid_argument);
+  // More than half of the machine's memory: refused before anything is allocated (the probe
+  // writes its buffer whole, which would end in the OOM killer, not an exception).
+  const int64_t phys = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+  if (phys / 2 + 1 <= (int64_t{64} << 30)) {
+    try {
+      probe_machine(1, phys / 2 + (int64_t{1} << 20));
+      FAIL() << "no exception";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("half of this machine's memory"), std::string::npos) << e.what();
+    }
+  }
   try {
     probe_machine(-3);
     FAIL() << "no exception";
