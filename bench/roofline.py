@@ -107,6 +107,9 @@ def main(argv=None) -> int:
     if args.weight_dtype not in bench.WEIGHT_DTYPES:
         ap.error(f"--weight-dtype {args.weight_dtype!r}: expected one of {list(bench.WEIGHT_DTYPES)}")
 
+    if args.llama and args.model is None and args.weight_dtype != "f16":
+        ap.error("--llama compares F16 weights only (use --weight-dtype f16)")
+
     import tinyloop_py as tl
     from tinyloop_py import _testing
 
@@ -116,15 +119,13 @@ def main(argv=None) -> int:
     c = next(iter(models.values())).config()
     loops = args.loops or c["default_loops"]
     vocab = c["vocab_size"]
-    llm_path = None
+    llm_path = peer = None
     if args.llama:
-        if args.model is None and args.weight_dtype != "f16":
-            ap.error("--llama compares F16 weights only (use --weight-dtype f16)")
-        import compare
+        import compare as peer  # bench/compare.py: the unrolled twin and llama.cpp's timings
         llm_path = os.path.splitext(path)[0] + f"-unrolled-L{loops}-f16.gguf"
         if not os.path.exists(llm_path):
             print(f"(writing {llm_path})", file=sys.stderr)
-            compare.unrolled_gguf(path, loops, llm_path + ".tmp")
+            peer.unrolled_gguf(path, loops, llm_path + ".tmp")
             os.replace(llm_path + ".tmp", llm_path)
 
     threads0 = tl.get_num_threads()
@@ -152,12 +153,12 @@ def main(argv=None) -> int:
                 for e, (kind, m, _) in engines.items():
                     if args.n_prompt:
                         v = (bench.run_pp(m, args.n_prompt, loops, vocab, rep) if kind == "tl"
-                             else _llama().llama_pp(m, args.n_prompt, vocab, rep))
+                             else peer.llama_pp(m, args.n_prompt, vocab, rep))
                         if rep:
                             pp[e].append(v)
                     for d in (args.depth if rep and args.n_gen else []):
                         v = (bench.run_tg(m, args.n_gen, d, loops, vocab, rep) if kind == "tl"
-                             else _llama().llama_tg(m, args.n_gen, vocab, rep, depth=d))
+                             else peer.llama_tg(m, args.n_gen, vocab, rep, depth=d))
                         tg[(e, d)].append(v)
             if args.n_prompt:
                 print(f"\n| engine | pp{args.n_prompt} t/s | GFLOP/s | of the FMA peak |")
@@ -189,11 +190,6 @@ def main(argv=None) -> int:
             m.close()
         tl.set_num_threads(threads0)
     return 0
-
-
-def _llama():
-    import compare
-    return compare
 
 
 if __name__ == "__main__":

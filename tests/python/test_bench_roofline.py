@@ -91,3 +91,5 @@ def test_bad_arguments_are_refused(tiny_model):
                  ["--weight-dtype", "f8"]):
         with pytest.raises(SystemExit):
             roofline.main(["--model", tiny_model, *argv])
+    with pytest.raises(SystemExit):  # llama.cpp is compared on F16 weights only
+        roofline.main(["--weight-dtype", "int8", "--llama"])
