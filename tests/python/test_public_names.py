@@ -12,7 +12,7 @@ import tinyloop_py as tl
 PYBIND11_INTERNAL = {"_pybind11_conduit_v1_"}
 
 HOOKS = {"stepwise_logits", "early_exit_stepwise_logits", "beam_search_core", "beam_search_memory",
-         "sampling_distribution", "sample_next", "time_mask_steps"}
+         "sampling_distribution", "sample_next", "time_mask_steps", "machine_bounds"}
 
 
 def private_names(obj) -> list[str]:
