@@ -57,8 +57,8 @@ BackendInfo backend_info();
 // What the machine under the backend can do at best, measured by the backend's own probes
 // (cpu/machine_probe.h): the memory read bandwidth and the float32 FMA rate of `threads`
 // threads at once. bench/roofline.py sets the engine's speeds beside them. Throws
-// std::invalid_argument for threads outside [1, 1024], read_bytes outside [1 MiB, 64 GiB],
-// reps outside [1, 100].
+// std::invalid_argument for threads outside [1, 1024], read_bytes outside [1 MiB, 64 GiB]
+// or over half of the machine's memory, reps outside [1, 100].
 struct MachineBounds {
   int threads = 0;
   double read_gbps = 0;  // GB/s read from memory by all threads together
