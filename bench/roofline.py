@@ -39,6 +39,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(_HERE, "..", "python"))
 sys.path.insert(0, _HERE)
 
+from peak_rss import tinyloop_slots  # noqa: E402  (KV slots: one per layer application)
 from tinyloop import bench  # noqa: E402
 
 # Bytes of one K or V value per kv_mode, and the per-row scale bytes (int8 rows carry a float32
@@ -47,17 +48,12 @@ KV_VALUE_BYTES = {"fp32": 4, "fp16": 2, "int8": 1}
 KV_SCALE_BYTES = {"fp32": 0, "fp16": 0, "int8": 4}
 
 
-def kv_slots(c: dict, loops: int) -> int:
-    """KV slots a token writes and reads: one per layer application."""
-    return c["n_pre_blocks"] + loops * c["n_loop_layers"] + c["n_post_blocks"]
-
-
 def kv_bytes_per_position(c: dict, loops: int, kv_mode: str) -> int:
     """K + V bytes of one position over every slot."""
     if kv_mode not in KV_VALUE_BYTES:
         raise ValueError(f"kv_mode {kv_mode!r}: roofline.py knows {sorted(KV_VALUE_BYTES)} (the K/V cache modes)")
     per_slot = 2 * c["n_kv_heads"] * (c["head_dim"] * KV_VALUE_BYTES[kv_mode] + KV_SCALE_BYTES[kv_mode])
-    return kv_slots(c, loops) * per_slot
+    return tinyloop_slots(c, loops) * per_slot
 
 
 def prefill_flops_per_token(c: dict, loops: int, n_prompt: int) -> float:
@@ -68,7 +64,7 @@ def prefill_flops_per_token(c: dict, loops: int, n_prompt: int) -> float:
     proj = dim * nh * hd + 2 * dim * nkv * hd + nh * hd * dim
     mlp = (3 if c["mlp"] == "swiglu" else 2) * dim * ffn
     attn = 2 * nh * hd * (n_prompt + 1) / 2
-    return 2.0 * kv_slots(c, loops) * (proj + mlp + attn)
+    return 2.0 * tinyloop_slots(c, loops) * (proj + mlp + attn)
 
 
 def decode_columns(r0: float, r: float, extra_bytes: float, read_gbps: float) -> tuple[float, float]:

@@ -137,12 +137,10 @@ HWY_INLINE void DotTile(const float* const* HWY_RESTRICT x, const WT* const* HWY
 //   w   3 row pointers, each [K] float
 //   out [8 * 3]
 // GCC folds a vector loaded once and used three times into three FMA memory operands (three
-// loads); an empty asm that claims to change the register keeps it one load.
+// loads); an empty asm that claims to change the register keeps it one load. AVX-512 only:
+// narrower targets have 16 registers.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 #define TINYLOOP_IN_REGISTER(v) asm("" : "+v"(v.raw));
-#else
-#define TINYLOOP_IN_REGISTER(v)
-#endif
 // Macro-generated registers, one statement a line: left as written.
 // clang-format off
 #define TINYLOOP_TILE83_ROW(I, LOADX)                   \
@@ -191,6 +189,7 @@ HWY_INLINE void DotTile83(const float* const* HWY_RESTRICT x, const float* const
 #undef TINYLOOP_TILE83_ROW
 #undef TINYLOOP_TILE83_STEP
 // clang-format on
+#endif  // AVX-512
 
 // y[t0 .. t0+mt, n0 .. n0+mj] from a tile result acc[MR * NR] (+ bias). Only the mt x mj
 // valid part is written; padded rows / columns are dropped.
@@ -391,11 +390,12 @@ HWY_NOINLINE void TiledRange(const detail::MatmulArgs& a, int64_t n0, int64_t n1
     WidenRows(static_cast<const WT*>(a.w), K, ld, n0, nb, buf.data());
     tile = buf.data();
   }
-  // x rows t .. t + mt - 1 (mt <= kTileMR) against every kTileNR weight rows of the tile.
-  const auto rows4 = [&](int64_t t, int64_t mt) HWY_ATTR {
+  // x rows t .. t + mt - 1 (mt <= kTileMR) against the tile's weight rows j0 .. nb - 1,
+  // kTileNR at a time (a ragged last group repeats its last row).
+  const auto rows4 = [&](int64_t t, int64_t mt, int64_t j0) HWY_ATTR {
     const float* xr[kTileMR];
     XRows<kTileMR>(a, t, mt, xr);
-    for (int64_t j = 0; j < nb; j += kTileNR) {
+    for (int64_t j = j0; j < nb; j += kTileNR) {
       const int64_t mj = std::min<int64_t>(kTileNR, nb - j);
       const float* wr[kTileNR];
       for (int q = 0; q < kTileNR; ++q) wr[q] = tile + (j + std::min<int64_t>(q, mj - 1)) * ld;
@@ -420,22 +420,18 @@ HWY_NOINLINE void TiledRange(const detail::MatmulArgs& a, int64_t n0, int64_t n1
         DotTile83(xr, wr, size_t(K), acc);
         StoreTile<3>(acc, mt, 3, a.bias, a.y, a.N, t, n0 + j);
       }
-      // The last 1 or 2 weight rows: the 4-row tile on each half of the 8 x rows.
-      const int64_t mj = nb - j;
-      for (int64_t h = 0; h < mt && mj > 0; h += 4) {
-        const float* wr[2] = {tile + j * ld, tile + (j + mj - 1) * ld};
-        float acc[8];
-        if (mj == 1) DotTile<4, 1, float>(xr + h, wr, size_t(K), acc);
-        else DotTile<4, 2, float>(xr + h, wr, size_t(K), acc);
-        if (mj == 1) StoreTile<1>(acc, std::min<int64_t>(4, mt - h), 1, a.bias, a.y, a.N, t + h, n0 + j);
-        else StoreTile<2>(acc, std::min<int64_t>(4, mt - h), 2, a.bias, a.y, a.N, t + h, n0 + j);
+      // The last 1 or 2 weight rows (tasks are multiples of 12 rows, so only at the end of N):
+      // the 4-row tile on each half of the 8 x rows.
+      if (j < nb) {
+        rows4(t, 4, j);
+        rows4(t + 4, mt - 4, j);
       }
     }
-    if (t < a.T) rows4(t, a.T - t);
+    if (t < a.T) rows4(t, a.T - t, 0);
     return;
   }
 #endif
-  for (int64_t t = 0; t < a.T; t += kTileMR) rows4(t, std::min<int64_t>(kTileMR, a.T - t));
+  for (int64_t t = 0; t < a.T; t += kTileMR) rows4(t, std::min<int64_t>(kTileMR, a.T - t), 0);
 }
 
 // y[t0 .. t0+mt, j0 .. j0+mj] (mt <= MR, mj <= kTileNR) with the tile of the prefill path on

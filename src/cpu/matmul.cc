@@ -22,7 +22,7 @@ namespace {
 // its speed.
 int64_t tile_rows(int64_t K) {
   const int64_t kp = (K + 15) / 16 * 16;  // K padded to the widest vector
-  return std::clamp<int64_t>(detail::kTileBytes / (kp * 4) / 12 * 12, 12, detail::kTileMaxRows / 12 * 12);
+  return std::clamp<int64_t>(detail::kTileBytes / (kp * 4) / 12 * 12, 12, detail::kTileMaxRows);
 }
 
 detail::MatmulRangeFn kernel_for(DType t) {

@@ -43,7 +43,7 @@ constexpr int64_t kDirectMaxRows = 64;
 // Bytes of the widened weight tile of the prefill path: fits the 1-2 MiB L2 of a core with
 // room for the x rows streaming past it.
 constexpr int64_t kTileBytes = 128 << 10;
-constexpr int64_t kTileMaxRows = 64;
+constexpr int64_t kTileMaxRows = 60;  // a multiple of 12 (matmul.cc tile_rows)
 
 // Computes output columns [n0, n1) of every row (a task of the driver).
 using MatmulRangeFn = void (*)(const MatmulArgs& a, int64_t n0, int64_t n1);
