@@ -119,6 +119,24 @@ TEST(KvCache, BlocksAllocatedOnDemand) {
 }
 
 // A budgeted pool hands out at most its blocks, reuses freed ones, and says what ran out.
+// A standalone sequence's private cache: long blocks for a long prompt without a window,
+// the default otherwise (kv_pool.h private_block_rows), and a cache built with them
+// addresses every position of a long prompt.
+TEST(KvCache, LongPromptsGetLongPrivateBlocks) {
+  EXPECT_EQ(private_block_rows(kLongPromptRows, 0), kLongBlockRows);
+  EXPECT_EQ(private_block_rows(kLongPromptRows + 5000, 0), kLongBlockRows);
+  EXPECT_EQ(private_block_rows(kLongPromptRows - 1, 0), 0);
+  EXPECT_EQ(private_block_rows(1, 0), 0);
+  EXPECT_EQ(private_block_rows(kLongPromptRows, 64), 0);  // windowed: blocks slide away
+  const ModelConfig c = small_config();
+  const int64_t P = kLongPromptRows + 7;
+  KvCache kv(c, 2, P + 3, 0, ops::KvDType::F16, nullptr, 0, 0, nullptr, 0, private_block_rows(P, 0));
+  EXPECT_EQ(kv.block_rows(), kLongBlockRows);
+  EXPECT_EQ(kv.block_count(), (P + 3 + kLongBlockRows - 1) / kLongBlockRows);
+  KvCache short_kv(c, 2, 20, 0, ops::KvDType::F16, nullptr, 0, 0, nullptr, 0, private_block_rows(17, 0));
+  EXPECT_EQ(short_kv.block_rows(), 20);  // the default: the capacity when under kDefaultBlockRows
+}
+
 TEST(KvPool, BudgetRefcountsAndReuse) {
   const ModelConfig c = small_config();
   const KvBlockLayout layout(c, ops::KvDType::F16, 8);

@@ -29,6 +29,25 @@ namespace tinyloop::model {
 // sequence wastes up to rows - 1 positions per slot in its last block.
 inline constexpr int64_t kDefaultBlockRows = 32;
 
+// Positions per block of a standalone sequence's private cache (Model.generate and its
+// streaming form), chosen from its prompt: kLongBlockRows for a prompt of kLongPromptRows or
+// more without a window, else 0 (the cache's default: kDefaultBlockRows, or less for a
+// short cache). Why: decode attention reads each kv head's rows of a block as one
+// contiguous run, and a core reads scattered runs of 4 KiB (32 F16 rows of head_dim 64) at
+// 20-23 GB/s, runs of 64 KiB at 30-32 (EPYC Zen 5, docs/benchmarks.md History "Decode
+// attention: what bounds the K/V walk"). tg32 after a 4000-token prompt, benchmark model
+// at L = 8, F16, one thread, block sizes alternating (tl.Engine kv_block_size, three
+// rounds): 32 rows 60.5-62.6 t/s, 256 59.4-67.9, 480 63.2-71.2, 512 66.8-70.0. The bits do
+// not depend on the block size (docs/kv-cache.md "Block layout"). A long prompt fills its
+// blocks, so a slot's partly written last block (up to kLongBlockRows - 1 rows) is at most
+// a quarter of what the prompt holds. Shorter prompts, windowed caches (they release
+// blocks as the window slides) and caches that share blocks with others (the serving
+// pool, prefix caches, beams, resume handles) keep their own sizes.
+inline constexpr int64_t kLongBlockRows = 512, kLongPromptRows = 2048;
+inline int64_t private_block_rows(int64_t prompt_len, int64_t window) {
+  return prompt_len >= kLongPromptRows && window == 0 ? kLongBlockRows : 0;
+}
+
 // The bytes of one block: `rows` positions of one slot in `dtype`.
 //   K / V modes: K [n_kv_heads, rows, head_dim] | V [same] | (I8) K scales [n_kv_heads, rows]
 //                | V scales [same]  (head-major, ops::KvView::head_major: attention walks one

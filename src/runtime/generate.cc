@@ -1,5 +1,6 @@
 #include "runtime/generate.h"
 
+#include "model/kv_pool.h"
 #include "runtime/batch_step.h"
 #include "runtime/decoder.h"
 #include "runtime/grammar_step.h"
@@ -23,12 +24,15 @@ class LogitSource {
   // the uncached reference path (TINYLOOP_DISABLE_KV_CACHE) does not keep.
   // The recurrence-shared mode (loop_slots) is defined by what the cache keeps, so it
   // always keeps one too.
-  LogitSource(const Engine& e, int64_t loops, int64_t total_len, int64_t window, bool need_cache, int64_t loop_slots,
-              const model::StateDraw& draw)
+  // prompt_len picks the cache's block size (model::private_block_rows: long prompts get
+  // longer blocks, which decode attention reads faster).
+  LogitSource(const Engine& e, int64_t loops, int64_t prompt_len, int64_t total_len, int64_t window, bool need_cache,
+              int64_t loop_slots, const model::StateDraw& draw)
       : e_(e), loops_(loops), window_(window), draw_(draw), scratch_(e.model()) {
     if (loop_slots > 0 && loop_slots < loops) need_cache = true;
     if (need_cache || !e.kv_cache_disabled()) {
-      kv_ = e.new_cache(loops, total_len, window, e.kv_dtype(), loop_slots);
+      kv_ = e.new_cache(loops, total_len, window, e.kv_dtype(), loop_slots,
+                        model::private_block_rows(prompt_len, window));
       kv_->set_state_draw(draw);
     }
   }
@@ -160,7 +164,8 @@ GenerateResult generate(const Engine& engine, const GenerateRequest& req, const 
   const auto t0 = Clock::now();
   // A gate that stops tokens early needs the cache for its latest rule, as early exit does.
   const GateExitParams gate = resolve_gate(engine.config(), req.exit_gate, req.early_exit);
-  LogitSource source(engine, loops, static_cast<int64_t>(req.prompt.size()) + req.max_tokens, req.cache_window,
+  const int64_t P = static_cast<int64_t>(req.prompt.size());
+  LogitSource source(engine, loops, P, P + req.max_tokens, req.cache_window,
                      req.early_exit.enabled() || gate.stops_early(), req.kv_loop_slots,
                      resolve_state_draw(engine.config(), req.seed, req.init_scale));
   std::vector<float> logits;
