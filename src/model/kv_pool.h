@@ -30,7 +30,8 @@ namespace tinyloop::model {
 inline constexpr int64_t kDefaultBlockRows = 32;
 
 // Positions per block of a standalone sequence's private cache (Model.generate and its
-// streaming form), chosen from its prompt: kLongBlockRows for a prompt of kLongPromptRows or
+// streaming form, a prefix cache and the calls that share it, a resume handle, speculative
+// decoding), chosen from its prompt: kLongBlockRows for a prompt of kLongPromptRows or
 // more without a window, else 0 (the cache's default: kDefaultBlockRows, or less for a
 // short cache). Why: decode attention reads each kv head's rows of a block as one
 // contiguous run, and a core reads scattered runs of 4 KiB (32 F16 rows of head_dim 64) at
@@ -40,9 +41,11 @@ inline constexpr int64_t kDefaultBlockRows = 32;
 // rounds): 32 rows 60.5-62.6 t/s, 256 59.4-67.9, 480 63.2-71.2, 512 66.8-70.0. The bits do
 // not depend on the block size (docs/kv-cache.md "Block layout"). A long prompt fills its
 // blocks, so a slot's partly written last block (up to kLongBlockRows - 1 rows) is at most
-// a quarter of what the prompt holds. Shorter prompts, windowed caches (they release
-// blocks as the window slides) and caches that share blocks with others (the serving
-// pool, prefix caches, beams, resume handles) keep their own sizes.
+// a quarter of what the prompt holds; a call that shares a prefix cache's or a resume
+// handle's blocks copies at most one partly written block a slot (copy-on-write). Shorter
+// prompts, windowed caches (they release blocks as the window slides), the serving pool
+// (EngineOptions::kv_block_size) and beam search (every fork copies its partly written
+// blocks) keep their own sizes.
 inline constexpr int64_t kLongBlockRows = 512, kLongPromptRows = 2048;
 inline int64_t private_block_rows(int64_t prompt_len, int64_t window) {
   return prompt_len >= kLongPromptRows && window == 0 ? kLongBlockRows : 0;

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/kv_pool.h"
+
 namespace tinyloop::runtime {
 
 std::shared_ptr<const PrefixCache> PrefixCache::build(std::shared_ptr<const Engine> engine, std::vector<int32_t> prefix,
@@ -20,7 +22,10 @@ std::shared_ptr<const PrefixCache> PrefixCache::build(std::shared_ptr<const Engi
   // Exactly generate()'s prefill of these positions: the model is batch-invariant, so the
   // rows are the same whatever suffix a later call appends, in every KV mode. With a window
   // the blocks no later query can see are released as in generate().
-  pc->kv_ = std::make_unique<model::KvCache>(e.config(), L, P, cache_window, e.kv_dtype(), &e.model().memory());
+  // A long prefix gets generate()'s long blocks (model::private_block_rows); every call's
+  // cache shares them, so it copies at most one partly written block a slot.
+  pc->kv_ = std::make_unique<model::KvCache>(e.config(), L, P, cache_window, e.kv_dtype(), &e.model().memory(), 0, 0,
+                                             nullptr, 0, model::private_block_rows(P, cache_window));
   pc->window_ = cache_window;
   e.model().forward(prefix.data(), P, *pc->kv_, model::LogitRows::Last, pc->logits_, L);
   pc->tracked_ = model::TrackedBytes(&e.model().memory(), int64_t(pc->logits_.size()) * int64_t(sizeof(float)));

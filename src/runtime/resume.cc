@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/kv_pool.h"
 #include "runtime/loop_run.h"
 #include "runtime/state_draw.h"
 
@@ -25,7 +26,7 @@ std::shared_ptr<const ResumeHandle> ResumeHandle::build(std::shared_ptr<const En
   e.check_length(T, max_tokens);
 
   auto h = std::shared_ptr<ResumeHandle>(new ResumeHandle());
-  h->kv_ = e.new_cache(max_L, T + max_tokens, 0, e.kv_dtype());
+  h->kv_ = e.new_cache(max_L, T + max_tokens, 0, e.kv_dtype(), 0, model::private_block_rows(T, 0));
   // A per-call random state (Huginn) is drawn now, once: every resume continues this state.
   h->kv_->set_state_draw(resolve_state_draw(e.config(), std::nullopt, 1.0));
   // The first L1 iterations exactly as generate's prefill runs them; no readout yet (the

@@ -1,5 +1,6 @@
 #include "runtime/spec_common.h"
 
+#include "model/kv_pool.h"
 #include "runtime/spec_sampling.h"
 #include "runtime/state_draw.h"
 
@@ -66,9 +67,10 @@ std::unique_ptr<model::KvCache> new_spec_cache(const Engine& e, const Speculativ
                                 " with cache_window");
   // Drafts never run past max_tokens (the scratch depth is min(draft_ahead, max_tokens)), so
   // a huge draft_ahead adds no capacity (and cannot wrap the sum).
-  auto kv =
-      std::make_unique<model::KvCache>(e.config(), r.verify_loops, total + std::min(r.draft_ahead, r.max_tokens) + 2,
-                                       r.cache_window, e.kv_dtype(), &e.model().memory(), e.config().n_post_blocks);
+  auto kv = std::make_unique<model::KvCache>(
+      e.config(), r.verify_loops, total + std::min(r.draft_ahead, r.max_tokens) + 2, r.cache_window, e.kv_dtype(),
+      &e.model().memory(), e.config().n_post_blocks, 0, nullptr, 0,
+      model::private_block_rows(static_cast<int64_t>(r.prompt.size()), r.cache_window));
   // Draft and verify rows of a position start from the same state: one draw per call.
   kv->set_state_draw(resolve_state_draw(e.config(), r.seed, 1.0));
   return kv;
