@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "io/test_file_builder.h"
+#include "model/kv_pool.h"
 #include "runtime/test_random_model.h"
 
 namespace tinyloop::runtime {
@@ -175,6 +176,44 @@ TEST_P(ServingEngineTest, BatchedEqualsGenerateAlone) {
   o.max_batch_tokens = 64;
   o.prefill_chunk = 16;
   expect_same_as_generate(o, 24);
+}
+
+// A prompt of kLongPromptRows tokens or more gets kLongBlockRows-row blocks in generate()'s
+// private cache (model/kv_pool.h private_block_rows); the bits never depend on the block
+// size, so it gives exactly what the serving engine gives with 8-row blocks, in every KV
+// mode (under ASan / UBSan too: writes and reads across the long blocks' ends).
+TEST_P(ServingEngineTest, LongPromptPrivateBlocksEqualEngineBlocks) {
+  EngineOptions eo;
+  eo.kv_mode = GetParam();
+  eo.max_seq_len = model::kLongPromptRows + model::kLongBlockRows;
+  const auto engine = std::make_shared<Engine>(path_, eo);
+  ServingOptions o;
+  o.kv_budget_mb = 64;
+  o.kv_block_size = 8;
+  o.max_batch_tokens = 512;
+  o.prefill_chunk = 256;
+  o.prefix_caching = false;
+  ServingEngine eng(engine, o);
+  std::mt19937_64 g(9);
+  for (const int64_t n : {model::kLongPromptRows, model::kLongPromptRows + model::kLongBlockRows / 2 + 3}) {
+    GenerateRequest r;
+    r.prompt.resize(size_t(n));
+    for (auto& t : r.prompt) t = int32_t(g() % 30);
+    r.max_tokens = 5;
+    r.loops = 2;
+    r.stop_at_eos = false;
+    if (n > model::kLongPromptRows) {
+      r.sampling.temperature = 0.9f;
+      r.seed = 3;
+    }
+    auto sink = std::make_shared<CollectSink>();
+    eng.submit(r, sink);
+    const RequestResult& got = sink->wait();
+    const GenerateResult want = generate(*engine, r);
+    const std::vector<int32_t> want_new(want.tokens.begin() + n, want.tokens.end());
+    ASSERT_EQ(got.tokens, want_new) << "prompt " << n;
+    ASSERT_EQ(got.loops_per_token, want.loops_per_token) << "prompt " << n;
+  }
 }
 
 TEST_P(ServingEngineTest, PreemptionChangesNoOutput) {
