@@ -118,10 +118,9 @@ TEST(KvCache, BlocksAllocatedOnDemand) {
   EXPECT_EQ(kv.pool()->used_blocks(), 0);
 }
 
-// A budgeted pool hands out at most its blocks, reuses freed ones, and says what ran out.
 // A standalone sequence's private cache: long blocks for a long prompt without a window,
-// the default otherwise (kv_pool.h private_block_rows), and a cache built with them
-// addresses every position of a long prompt.
+// the default otherwise (kv_pool.h private_block_rows), and a cache built with them has
+// the block table its capacity needs.
 TEST(KvCache, LongPromptsGetLongPrivateBlocks) {
   EXPECT_EQ(private_block_rows(kLongPromptRows, 0), kLongBlockRows);
   EXPECT_EQ(private_block_rows(kLongPromptRows + 5000, 0), kLongBlockRows);
@@ -137,6 +136,7 @@ TEST(KvCache, LongPromptsGetLongPrivateBlocks) {
   EXPECT_EQ(short_kv.block_rows(), 20);  // the default: the capacity when under kDefaultBlockRows
 }
 
+// A budgeted pool hands out at most its blocks, reuses freed ones, and says what ran out.
 TEST(KvPool, BudgetRefcountsAndReuse) {
   const ModelConfig c = small_config();
   const KvBlockLayout layout(c, ops::KvDType::F16, 8);
