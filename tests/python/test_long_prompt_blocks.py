@@ -27,6 +27,23 @@ def _kv_row_bytes(model, L):
     return slots * 2 * c["n_kv_heads"] * (c["dim"] // c["n_heads"]) * 2
 
 
+def test_generate_takes_long_blocks(test_models):
+    """generate's own cache (its outputs against the serving engine: test_serving_engine.py):
+    with 5 new tokens a 2048-token prompt holds 512-row blocks (2560 rows a slot for 2053
+    positions), a 2047-token one 32-row blocks (2080 rows for 2052)."""
+    m = test_models["huginn_gqa_f16"]
+    with tl.Model(m.path, kv_mode="fp16", max_seq_len=2304) as model:
+        vocab = model.config()["vocab_size"]
+        mib = {}
+        for n in (LONG - 1, LONG):
+            seen = []
+            model.generate_stream(_prompt(vocab, n, 4), lambda t: seen.append(model.vram_usage_mb()) or True,
+                                  max_tokens=5)
+            mib[n] = seen[-1]  # while the cache is alive
+        L = model.config()["default_loops"]
+        assert mib[LONG] - mib[LONG - 1] == pytest.approx((2560 - 2080) * _kv_row_bytes(model, L) / 2**20, abs=0.01)
+
+
 @pytest.mark.parametrize("n", [LONG - 1, LONG + 37])
 def test_prefix_cache_equals_generate(test_models, n):
     m = test_models["huginn_gqa_f16"]
@@ -40,7 +57,8 @@ def test_prefix_cache_equals_generate(test_models, n):
                                                    stop_at_eos=False)
             assert got == want, (n, suffix)
         # The cache holds whole blocks: 512-row ones past the boundary, 32-row ones before it.
-        rows = -(-n // (ROWS if n >= LONG else 32)) * (ROWS if n >= LONG else 32)
+        block = ROWS if n >= LONG else 32
+        rows = -(-n // block) * block
         assert cache.bytes == pytest.approx(rows * _kv_row_bytes(model, 3) + 4 * model.config()["vocab_size"], abs=64)
 
 
