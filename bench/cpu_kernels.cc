@@ -211,8 +211,10 @@ void attention_case(int64_t T, int64_t ctx, int reps) {
 // heads, hd], the cache before 2026-12-03) against head-major ones ([heads, rows, hd], each
 // head's rows one stream), F16 or I8 (ops/kv_quant.h: int8 rows, a float scale per row and
 // kv head). Every call reads all slots' K and V once: the rate is KV GB/s.
-void decode_slots_case(int64_t ctx, int64_t slots, int reps, ops::KvDType dt = ops::KvDType::F16) {
-  const int64_t H = 12, hd = 64, B = 32, nb = (ctx + B - 1) / B, row = H * hd;
+// B: rows a block (32: the serving pool's default; 512: a long prompt's private cache,
+// model::private_block_rows).
+void decode_slots_case(int64_t ctx, int64_t slots, int reps, ops::KvDType dt = ops::KvDType::F16, int64_t B = 32) {
+  const int64_t H = 12, hd = 64, nb = (ctx + B - 1) / B, row = H * hd;
   const bool i8 = dt == ops::KvDType::I8;
   const int64_t esz = i8 ? 1 : 2;  // bytes per element
   std::mt19937 rng(3);
@@ -258,10 +260,10 @@ void decode_slots_case(int64_t ctx, int64_t slots, int reps, ops::KvDType dt = o
         },
         reps);
     std::printf(
-        "decode attention %lld slots x %-5lld positions, %s KV, %-13s %8.3f ms  %6.1f GB/s KV"
+        "decode attention %lld slots x %-5lld positions, %s KV, %3lld-row %-13s %8.3f ms  %6.1f GB/s KV"
         "  | per CPU-s: %6.1f GB/s\n",
-        (long long)slots, (long long)ctx, i8 ? "I8 " : "F16", hm ? "head-major" : "position-major", wall * 1e3,
-        bytes / wall / 1e9, bytes / cpu / 1e9);
+        (long long)slots, (long long)ctx, i8 ? "I8 " : "F16", (long long)B, hm ? "head-major" : "position-major",
+        wall * 1e3, bytes / wall / 1e9, bytes / cpu / 1e9);
   }
 }
 
@@ -287,8 +289,14 @@ int main() {
     loop_block_case(10);
     return 0;
   }
-  // TINYLOOP_BENCH_DECODE_SLOTS=1: only long-context decode attention over 18 slots.
-  if (std::getenv("TINYLOOP_BENCH_DECODE_SLOTS")) {
+  // TINYLOOP_BENCH_DECODE_SLOTS=1: only long-context decode attention over 18 slots
+  // (=i8: only the INT8 rows, 32- and 512-row blocks).
+  if (const char* ds = std::getenv("TINYLOOP_BENCH_DECODE_SLOTS")) {
+    if (std::string(ds) == "i8") {
+      for (int64_t B : {32, 512}) decode_slots_case(512, 2, 400, ops::KvDType::I8, B);
+      for (int64_t B : {32, 512}) decode_slots_case(4096, 18, 10, ops::KvDType::I8, B);
+      return 0;
+    }
     // First from the caches: 1 slot x 128 positions (0.8 MB of F16 K/V, L2) and 2 x 512 (3 MB,
     // L2 / L3) stay there between calls, so these rows are the kernel's own speed, against
     // which the rows from memory below are read (docs/benchmarks.md, History "Decode

@@ -184,6 +184,32 @@ HWY_INLINE void StoreScores4(DF df, V a0, V a1, V a2, V a3, const float* f, floa
 #endif
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// StoreScores4 with the factors as a vector.
+template <class DF, class V = hn::Vec<DF>>
+HWY_INLINE void StoreScores4(DF df, V a0, V a1, V a2, V a3, hn::Vec<hn::FixedTag<float, 4>> f, float* dst) {
+  const hn::FixedTag<float, 4> d4;
+  hn::StoreU(hn::Mul(TransposedSum4(df, a0, a1, a2, a3), f), d4, dst);
+}
+// The factors of four keys' scores: f[0 .. 4) as stored, or, where `direct` (four keys
+// whose INT8 K scales are contiguous at ks, or F32 / F16 ones), the same values from
+// ks[0 .. 4) * scale (or scale) computed as a vector. Why: f is written a float at a
+// time, and a vector load of four separate stores waits for them to retire (no store
+// forwarding): 15 % of a decode key's time (EPYC Zen 5, INT8 K/V).
+template <typename KT, class DF>
+HWY_INLINE hn::Vec<hn::FixedTag<float, 4>> Factors4(DF, const float* f, bool direct, const float* ks, float scale) {
+  const hn::FixedTag<float, 4> d4;
+  if (!direct) return hn::LoadU(d4, f);
+  if constexpr (kScaled<KT>) return hn::Mul(hn::LoadU(d4, ks), hn::Set(d4, scale));
+  return hn::Set(d4, scale);
+}
+#else
+template <typename KT, class DF>
+HWY_INLINE const float* Factors4(DF, const float* f, bool, const float*, float) {
+  return f;
+}
+#endif
+
 // Keys / values this many positions ahead are prefetched. In a position-major slot a kv
 // head's rows are n_kv_heads * head_dim elements apart, a strided stream the hardware
 // prefetchers follow poorly; head-major blocks (the KV cache's) are contiguous runs of
@@ -230,33 +256,65 @@ HWY_INLINE void PrefetchRow(const KT* row, int64_t n, const float* scales, int64
 // A cursor kAheadKeys positions ahead of the walk over a window's runs: it follows the
 // walk across block boundaries, so paged slots prefetch as far ahead as contiguous ones, and
 // it stops at the window's end (nothing outside the window is touched).
-// A run never wraps its block, so the cursor's ring row is seg[j]'s first row plus off: r0
-// is kept per run (a % per key, a 64-bit idiv of 14-45 cycles, was 1 % of a prefill
-// attention on the EPYC Zen 3).
+// It holds its row pointers and steps them a row a key (a run never wraps its block): the
+// ring row recomputed per key (a multiply, and a % per run), with the run's fields reloaded
+// after every store the compiler could not rule out, was most of a decode key's scalar
+// work (EPYC Zen 5, INT8 K/V, `TINYLOOP_BENCH_DECODE_SLOTS=i8 cpu_kernels_bench`).
 template <typename KT>
 struct Ahead {
   const Seg<KT>* seg;
-  int64_t n_seg, j = 0, off = kAheadKeys<KT>;  // position seg[j].lo + off
-  int64_t r0 = 0;  // seg[j].lo % seg[j].cap
-  Ahead(const Seg<KT>* s, int64_t n) : seg(s), n_seg(n) { skip(0); }
+  int64_t n_seg, j = 0;
+  int64_t left = 0;  // positions from the cursor to the end of seg[j]
+  int64_t rs = 0, ss = 0;  // seg[j]'s row and scale steps
+  const KT* k = nullptr;  // the cursor's K row of the head (V likewise)
+  const KT* v = nullptr;
+  const float* ks = nullptr;  // its INT8 K scale (V likewise); null for F32 / F16
+  const float* vs = nullptr;
+  Ahead(const Seg<KT>* s, int64_t n) : seg(s), n_seg(n) {
+    at(0);
+    skip(kAheadKeys<KT>);
+  }
   // Prefetches [n] elements from element `from` of the head's K (keys) or V row.
   HWY_INLINE void fetch(bool keys, int64_t from, int64_t n) const {
     if (j >= n_seg) return;
-    const Seg<KT>& s = seg[j];
-    const int64_t r = r0 + off;
-    PrefetchRow((keys ? s.k : s.v) + r * s.rs + from, n, keys ? s.ks : s.vs, r * s.ss);
+    PrefetchRow((keys ? k : v) + from, n, keys ? ks : vs, 0);
   }
   HWY_INLINE void next() {
-    if (j < n_seg && ++off == seg[j].n) {
-      off = 0;
-      if (++j < n_seg) r0 = seg[j].lo % seg[j].cap;
+    if (j >= n_seg) return;
+    k += rs;
+    v += rs;
+    if constexpr (kScaled<KT>) {
+      ks += ss;
+      vs += ss;
+    }
+    if (--left == 0) {
+      ++j;
+      at(0);
     }
   }
   // Moves the cursor n positions on (past a key block another cursor walked).
   void skip(int64_t n) {
-    off += n;
+    if (j >= n_seg) return;
+    int64_t off = seg[j].n - left + n;
     while (j < n_seg && off >= seg[j].n) off -= seg[j++].n;
-    if (j < n_seg) r0 = seg[j].lo % seg[j].cap;
+    at(off);
+  }
+
+ private:
+  // The cursor at position seg[j].lo + off (off < seg[j].n), if j is a run.
+  void at(int64_t off) {
+    if (j >= n_seg) return;
+    const Seg<KT>& s = seg[j];
+    const int64_t r = s.lo % s.cap + off;  // ring row
+    rs = s.rs;
+    ss = s.ss;
+    k = s.k + r * rs;
+    v = s.v + r * rs;
+    if constexpr (kScaled<KT>) {
+      ks = s.ks + r * ss;
+      vs = s.vs + r * ss;
+    }
+    left = s.n - off;
   }
 };
 
@@ -277,23 +335,47 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const int64_t L = int64_t(hn::Lanes(df));
-  int64_t r = sg.lo % sg.cap;  // ring row of the next key
+  const int64_t r = sg.lo % sg.cap;  // ring row of the first key
   // One item (decode of an MHA head) on the generic path: 8 keys a step, so that its scores
   // are 8 independent FMA chains (4 keys left the FMA units idle half the time).
   const bool solo = NC == 0 && n_it == 1;
   const int64_t step = solo ? 8 : 4;
-  for (int64_t p0 = 0; p0 < sg.n; p0 += step) {
-    const KT* kr[8] = {zrow, zrow, zrow, zrow, zrow, zrow, zrow, zrow};  // [step] rows of the keys
-    alignas(16) float f[8] = {};  // [step] the scores' factors
-    for (int64_t k = 0; k < step && p0 + k < sg.n; ++k) {
-      kr[k] = sg.k + r * sg.rs;
-      ahead.fetch(true, 0, hd);
-      ahead.next();
+  // The run's fields and the cursor as locals: the cursor's stores (int64_t) could alias a
+  // Seg's fields for the compiler, which then reloaded them from memory after every key.
+  // Row pointers of the next key, stepped a row a key (a run never wraps its block).
+  const int64_t rs = sg.rs, ss = sg.ss, n = sg.n;
+  const KT* kp = sg.k + r * rs;
+  const KT* vp = sg.v + r * rs;
+  const float* ksp = nullptr;  // its INT8 K / V scales
+  const float* vsp = nullptr;
+  if constexpr (kScaled<KT>) {
+    ksp = sg.ks + r * ss;
+    vsp = sg.vs + r * ss;
+  }
+  Ahead<KT> ah = ahead;  // a local: its stores cannot alias anything the loop reads
+  for (int64_t p0 = 0; p0 < n; p0 += step) {
+    const KT* kr[8];  // [step] rows of the keys
+    alignas(16) float f[8];  // [step] the scores' factors
+    const float* const ks4 = ksp;  // [4] the step's INT8 K scales where they are contiguous
+    for (int64_t k = 0; k < step; ++k) {
+      if (p0 + k >= n) {  // past the part's end: a zero row
+        kr[k] = zrow;
+        f[k] = 0.f;
+        continue;
+      }
+      kr[k] = kp;
+      ah.fetch(true, 0, hd);
+      ah.next();
       // This key's V row (and scale), for the weighted-V pass that follows.
-      if constexpr (kVWithK<KT>) PrefetchRow(sg.v + r * sg.rs, hd, sg.vs, r * sg.ss);
+      if constexpr (kVWithK<KT>) PrefetchRow(vp, hd, vsp, 0);
       f[k] = scale;
-      if constexpr (kScaled<KT>) f[k] = sg.ks[r * sg.ss] * scale;
-      if (++r == sg.cap) r = 0;
+      if constexpr (kScaled<KT>) {
+        f[k] = *ksp * scale;
+        ksp += ss;
+        vsp += ss;
+      }
+      kp += rs;
+      vp += rs;
     }
     const int64_t col = sg.lo + p0 - ulo;
     if constexpr (NC == 0) {
@@ -313,7 +395,7 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
           a7 = hn::MulAdd(q, hn::LoadU(df, kf + 7 * hdp + c), a7);
         }
         StoreScores4(df, a0, a1, a2, a3, f, it[0].s + col);
-        if (p0 + 4 < sg.n) StoreScores4(df, a4, a5, a6, a7, f + 4, it[0].s + col + 4);
+        if (p0 + 4 < n) StoreScores4(df, a4, a5, a6, a7, f + 4, it[0].s + col + 4);
         continue;
       }
       // Two items at a time: 8 independent FMA chains (4 left the FMA units half idle at 4
@@ -359,7 +441,8 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
       TL_KEY(0) TL_KEY(1) TL_KEY(2) TL_KEY(3)
 #undef TL_KEY
           // clang-format on
-          for (int64_t i = 0; i < n_it; ++i) {
+          const auto f4 = Factors4<KT>(df, f, p0 + 4 <= n && (!kScaled<KT> || ss == 1), ks4, scale);
+      for (int64_t i = 0; i < n_it; ++i) {
         const float* q = it[i].q;  // [hdp]
         const V q0 = hn::LoadU(df, q);
         V a0 = hn::MulAdd(q0, k00, hn::Zero(df)), a1 = hn::MulAdd(q0, k10, hn::Zero(df));
@@ -379,10 +462,11 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
           a0 = hn::MulAdd(q3, k03, a0), a1 = hn::MulAdd(q3, k13, a1);
           a2 = hn::MulAdd(q3, k23, a2), a3 = hn::MulAdd(q3, k33, a3);
         }
-        StoreScores4(df, a0, a1, a2, a3, f, it[i].s + col);
+        StoreScores4(df, a0, a1, a2, a3, f4, it[i].s + col);
       }
     }
   }
+  ahead = ah;
 }
 
 // The V rows of a key block's runs in position order: fn(p, vr, vs) for each position p,
