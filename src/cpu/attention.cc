@@ -279,17 +279,19 @@ struct Ahead {
     if (j >= n_seg) return;
     PrefetchRow((keys ? k : v) + from, n, keys ? ks : vs, 0);
   }
+  // (The pointers step only onto rows of the run: none is formed past its last row.)
   HWY_INLINE void next() {
     if (j >= n_seg) return;
+    if (--left == 0) {
+      ++j;
+      at(0);
+      return;
+    }
     k += rs;
     v += rs;
     if constexpr (kScaled<KT>) {
       ks += ss;
       vs += ss;
-    }
-    if (--left == 0) {
-      ++j;
-      at(0);
     }
   }
   // Moves the cursor n positions on (past a key block another cursor walked).
@@ -342,7 +344,8 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
   const int64_t step = solo ? 8 : 4;
   // The run's fields and the cursor as locals: the cursor's stores (int64_t) could alias a
   // Seg's fields for the compiler, which then reloaded them from memory after every key.
-  // Row pointers of the next key, stepped a row a key (a run never wraps its block).
+  // Row pointers of the step's first key, stepped a step at a time (a run never wraps its
+  // block) and only onto rows of the run: none is formed past its last row.
   const int64_t rs = sg.rs, ss = sg.ss, n = sg.n;
   const KT* kp = sg.k + r * rs;
   const KT* vp = sg.v + r * rs;
@@ -356,26 +359,29 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
   for (int64_t p0 = 0; p0 < n; p0 += step) {
     const KT* kr[8];  // [step] rows of the keys
     alignas(16) float f[8];  // [step] the scores' factors
-    const float* const ks4 = ksp;  // [4] the step's INT8 K scales where they are contiguous
     for (int64_t k = 0; k < step; ++k) {
       if (p0 + k >= n) {  // past the part's end: a zero row
         kr[k] = zrow;
         f[k] = 0.f;
         continue;
       }
-      kr[k] = kp;
+      kr[k] = kp + k * rs;
       ah.fetch(true, 0, hd);
       ah.next();
       // This key's V row (and scale), for the weighted-V pass that follows.
-      if constexpr (kVWithK<KT>) PrefetchRow(vp, hd, vsp, 0);
+      if constexpr (kVWithK<KT>) PrefetchRow(vp + k * rs, hd, vsp, k * ss);
       f[k] = scale;
+      if constexpr (kScaled<KT>) f[k] = ksp[k * ss] * scale;
+    }
+    // ksp: the step's K scales, four contiguous ones where ss == 1 and the step is whole.
+    const float* const ks4 = ksp;
+    if (p0 + step < n) {
+      kp += step * rs;
+      vp += step * rs;
       if constexpr (kScaled<KT>) {
-        f[k] = *ksp * scale;
-        ksp += ss;
-        vsp += ss;
+        ksp += step * ss;
+        vsp += step * ss;
       }
-      kp += rs;
-      vp += rs;
     }
     const int64_t col = sg.lo + p0 - ulo;
     if constexpr (NC == 0) {
