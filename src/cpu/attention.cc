@@ -384,6 +384,9 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
       }
     }
     const int64_t col = sg.lo + p0 - ulo;
+    // The factors of keys p0 .. p0 + 3 (and p0 + 4 .. p0 + 7 for the 8-key step).
+    const bool direct = !kScaled<KT> || ss == 1;
+    const auto f4 = Factors4<KT>(df, f, p0 + 4 <= n && direct, ks4, scale);
     if constexpr (NC == 0) {
       for (int64_t k = 0; k < step; ++k)
         for (int64_t c = 0; c < hdp; c += L) hn::StoreU(LoadChunk(df, kr[k], c, hd), df, kf + k * hdp + c);
@@ -400,8 +403,11 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
           a6 = hn::MulAdd(q, hn::LoadU(df, kf + 6 * hdp + c), a6);
           a7 = hn::MulAdd(q, hn::LoadU(df, kf + 7 * hdp + c), a7);
         }
-        StoreScores4(df, a0, a1, a2, a3, f, it[0].s + col);
-        if (p0 + 4 < n) StoreScores4(df, a4, a5, a6, a7, f + 4, it[0].s + col + 4);
+        StoreScores4(df, a0, a1, a2, a3, f4, it[0].s + col);
+        if (p0 + 4 < n) {
+          const auto f8 = Factors4<KT>(df, f + 4, p0 + 8 <= n && direct, kScaled<KT> ? ks4 + 4 * ss : nullptr, scale);
+          StoreScores4(df, a4, a5, a6, a7, f8, it[0].s + col + 4);
+        }
         continue;
       }
       // Two items at a time: 8 independent FMA chains (4 left the FMA units half idle at 4
@@ -421,8 +427,8 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
           k = hn::LoadU(df, kf + 3 * hdp + c);
           a3 = hn::MulAdd(q, k, a3), b3 = hn::MulAdd(u, k, b3);
         }
-        StoreScores4(df, a0, a1, a2, a3, f, it[i].s + col);
-        StoreScores4(df, b0, b1, b2, b3, f, it[i + 1].s + col);
+        StoreScores4(df, a0, a1, a2, a3, f4, it[i].s + col);
+        StoreScores4(df, b0, b1, b2, b3, f4, it[i + 1].s + col);
       }
       if (i < n_it) {
         V a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
@@ -433,7 +439,7 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
           a2 = hn::MulAdd(q, hn::LoadU(df, kf + 2 * hdp + c), a2);
           a3 = hn::MulAdd(q, hn::LoadU(df, kf + 3 * hdp + c), a3);
         }
-        StoreScores4(df, a0, a1, a2, a3, f, it[i].s + col);
+        StoreScores4(df, a0, a1, a2, a3, f4, it[i].s + col);
       }
     } else {
       // Named registers, not arrays: GCC 12 keeps an array of vectors in memory.
@@ -447,8 +453,7 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
       TL_KEY(0) TL_KEY(1) TL_KEY(2) TL_KEY(3)
 #undef TL_KEY
           // clang-format on
-          const auto f4 = Factors4<KT>(df, f, p0 + 4 <= n && (!kScaled<KT> || ss == 1), ks4, scale);
-      for (int64_t i = 0; i < n_it; ++i) {
+          for (int64_t i = 0; i < n_it; ++i) {
         const float* q = it[i].q;  // [hdp]
         const V q0 = hn::LoadU(df, q);
         V a0 = hn::MulAdd(q0, k00, hn::Zero(df)), a1 = hn::MulAdd(q0, k10, hn::Zero(df));

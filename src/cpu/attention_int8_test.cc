@@ -1,7 +1,8 @@
 // INT8 KV (ops/kv_quant.h): the quantizer, the scalar reference attention against a double
 // oracle over the dequantized rows, cpu::attention_int8 against the scalar reference on every
 // compiled target (odd head_dim, GQA, ring wrap, windows, empty windows), batch / thread
-// invariance bit for bit (any grouping of rows into tiles), and the public dispatch
+// invariance bit for bit (any grouping of rows into tiles), head-major blocks against the
+// contiguous slot bit for bit, and the public dispatch
 // (ops::kv_write / ops::attention) on I8.
 #include <gtest/gtest.h>
 
@@ -262,6 +263,71 @@ TEST(CpuAttentionInt8, TilesAnyRowGroupingBitIdentical) {
           if (HasFatalFailure()) return;
         }
       }
+  });
+}
+
+// The rows and scales of an I8 slot (all `cap` of them) copied into head-major blocks of B
+// rows (values [n_kv, B, hd], scales [n_kv, B]: the KV cache's order, kv_pool.h); `view`
+// reads them (B must divide cap).
+struct I8HeadMajorCopy {
+  std::vector<int8_t> k, v;  // the blocks, back to back
+  std::vector<float> ks, vs;
+  std::vector<ops::KvBlock> table;
+  ops::KvView view;
+  I8HeadMajorCopy(const I8Slot& s, int64_t B) {
+    const int64_t n_kv = s.n_kv, hd = s.hd, cap = s.capacity;
+    k.resize(size_t(cap * n_kv * hd));
+    v.resize(k.size());
+    ks.resize(size_t(cap * n_kv));
+    vs.resize(ks.size());
+    for (int64_t b = 0; b < cap / B; ++b)
+      table.push_back({k.data() + b * B * n_kv * hd, v.data() + b * B * n_kv * hd, ks.data() + b * B * n_kv,
+                       vs.data() + b * B * n_kv});
+    view = s.view();
+    view.k = view.v = nullptr;
+    view.k_scale = view.v_scale = nullptr;
+    view.block_rows = B;
+    view.blocks = table.data();
+    view.head_major = true;
+    for (int64_t r = 0; r < cap; ++r)
+      for (int64_t g = 0; g < n_kv; ++g) {
+        const ops::KvBlock& b = table[size_t(r / B)];
+        const int64_t from = r * n_kv + g, to = view.index(r % B, g);
+        std::copy_n(s.k.data() + from * hd, hd, static_cast<int8_t*>(b.k) + to * hd);
+        std::copy_n(s.v.data() + from * hd, hd, static_cast<int8_t*>(b.v) + to * hd);
+        b.k_scale[to] = s.ks[size_t(from)];
+        b.v_scale[to] = s.vs[size_t(from)];
+      }
+  }
+};
+
+// Head-major paged blocks (the KV cache's layout: a kv head's rows and scales contiguous,
+// which the kernel reads four scales at a time) give bit for bit what the contiguous
+// position-major slot gives (scales one at a time): decode rows, whose MHA heads run the
+// one-item paths (8 keys a step where head_dim is not 1-4 vectors), and prefill chunks;
+// blocks of 8 rows (runs of whole 4- and 8-key steps) and 24 (steps cut by block ends).
+TEST(CpuAttentionInt8, HeadMajorBlocksBitIdenticalToContiguous) {
+  testing::for_each_target([&] {
+    uint32_t seed = 91;
+    for (int64_t hd : {16, 40, 64, 80, 130})
+      for (auto [n_heads, n_kv] : {std::pair<int64_t, int64_t>{3, 3}, {6, 2}})
+        for (int64_t B : {8, 24}) {
+          const int64_t cap = 96, N = 90, row = n_heads * hd;
+          I8Slot s(cap, n_kv, hd, N, seed += 2);
+          const I8HeadMajorCopy hm(s, B);
+          for (Queries qs :
+               {causal_chunk(N - 1, 1, n_heads, hd, 0, seed + 1), causal_chunk(61, 1, n_heads, hd, 0, seed + 2),
+                causal_chunk(N - 1, 1, n_heads, hd, 37, seed + 3),
+                causal_chunk(N - 13, 13, n_heads, hd, 0, seed + 4)}) {
+            const int64_t T = qs.T();
+            std::vector<float> want(size_t(T * row), NAN), got(want.size(), NAN);
+            cpu::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), want.data());
+            cpu::attention(qs.q.data(), T, n_heads, hm.view, qs.q_pos.data(), qs.k_lo.data(), got.data());
+            for (size_t i = 0; i < want.size(); ++i)
+              ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+                  << "hd=" << hd << " heads=" << n_heads << "/" << n_kv << " B=" << B << " T=" << T << " i=" << i;
+          }
+        }
   });
 }
 
