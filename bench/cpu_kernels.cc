@@ -212,9 +212,10 @@ void attention_case(int64_t T, int64_t ctx, int reps) {
 // head's rows one stream), F16 or I8 (ops/kv_quant.h: int8 rows, a float scale per row and
 // kv head). Every call reads all slots' K and V once: the rate is KV GB/s.
 // B: rows a block (32: the serving pool's default; 512: a long prompt's private cache,
-// model::private_block_rows).
-void decode_slots_case(int64_t ctx, int64_t slots, int reps, ops::KvDType dt = ops::KvDType::F16, int64_t B = 32) {
-  const int64_t H = 12, hd = 64, nb = (ctx + B - 1) / B, row = H * hd;
+// model::private_block_rows). hd: head_dim, with 768 / hd heads (the same bytes a position).
+void decode_slots_case(int64_t ctx, int64_t slots, int reps, ops::KvDType dt = ops::KvDType::F16, int64_t B = 32,
+                       int64_t hd = 64) {
+  const int64_t H = 768 / hd, nb = (ctx + B - 1) / B, row = H * hd;
   const bool i8 = dt == ops::KvDType::I8;
   const int64_t esz = i8 ? 1 : 2;  // bytes per element
   std::mt19937 rng(3);
@@ -260,10 +261,10 @@ void decode_slots_case(int64_t ctx, int64_t slots, int reps, ops::KvDType dt = o
         },
         reps);
     std::printf(
-        "decode attention %lld slots x %-5lld positions, %s KV, %3lld-row %-13s %8.3f ms  %6.1f GB/s KV"
+        "decode attention %lld slots x %-5lld positions, %s KV, hd %3lld, %3lld-row %-13s %8.3f ms  %6.1f GB/s KV"
         "  | per CPU-s: %6.1f GB/s\n",
-        (long long)slots, (long long)ctx, i8 ? "I8 " : "F16", (long long)B, hm ? "head-major" : "position-major",
-        wall * 1e3, bytes / wall / 1e9, bytes / cpu / 1e9);
+        (long long)slots, (long long)ctx, i8 ? "I8 " : "F16", (long long)hd, (long long)B,
+        hm ? "head-major" : "position-major", wall * 1e3, bytes / wall / 1e9, bytes / cpu / 1e9);
   }
 }
 
@@ -294,6 +295,7 @@ int main() {
   if (const char* ds = std::getenv("TINYLOOP_BENCH_DECODE_SLOTS")) {
     if (std::string(ds) == "i8") {
       for (int64_t B : {32, 512}) decode_slots_case(512, 2, 400, ops::KvDType::I8, B);
+      decode_slots_case(512, 2, 400, ops::KvDType::I8, 512, 128);  // head_dim 128: the generic path
       for (int64_t B : {32, 512}) decode_slots_case(4096, 18, 10, ops::KvDType::I8, B);
       return 0;
     }
@@ -303,6 +305,7 @@ int main() {
     // attention: what bounds the K/V walk").
     decode_slots_case(128, 1, 2000);
     decode_slots_case(512, 2, 200);
+    decode_slots_case(512, 2, 200, ops::KvDType::F16, 32, 128);  // head_dim 128: the generic path
     decode_slots_case(512, 2, 200, ops::KvDType::I8);
     for (int64_t ctx : {512, 2048, 4096, 8192}) decode_slots_case(ctx, 18, ctx <= 2048 ? 20 : 8);
     for (int64_t ctx : {2048, 4096, 8192}) decode_slots_case(ctx, 18, ctx <= 2048 ? 20 : 8, ops::KvDType::I8);
