@@ -388,21 +388,25 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
     const bool direct = !kScaled<KT> || ss == 1;
     const auto f4 = Factors4<KT>(df, f, p0 + 4 <= n && direct, ks4, scale);
     if constexpr (NC == 0) {
-      for (int64_t k = 0; k < step; ++k)
-        for (int64_t c = 0; c < hdp; c += L) hn::StoreU(LoadChunk(df, kr[k], c, hd), df, kf + k * hdp + c);
       if (solo) {
+        // One item: each K chunk widened into a register and used at once (no round trip
+        // through kf, which only pays where several items share the widened rows).
         V a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-        for (int64_t c = 0; c < hdp; c += L) {
+        const auto chunk = [&](int64_t c, auto full) HWY_ATTR {
+          constexpr bool kWhole = decltype(full)::value;
           const V q = hn::LoadU(df, it[0].q + c);
-          a0 = hn::MulAdd(q, hn::LoadU(df, kf + c), a0);
-          a1 = hn::MulAdd(q, hn::LoadU(df, kf + hdp + c), a1);
-          a2 = hn::MulAdd(q, hn::LoadU(df, kf + 2 * hdp + c), a2);
-          a3 = hn::MulAdd(q, hn::LoadU(df, kf + 3 * hdp + c), a3);
-          a4 = hn::MulAdd(q, hn::LoadU(df, kf + 4 * hdp + c), a4);
-          a5 = hn::MulAdd(q, hn::LoadU(df, kf + 5 * hdp + c), a5);
-          a6 = hn::MulAdd(q, hn::LoadU(df, kf + 6 * hdp + c), a6);
-          a7 = hn::MulAdd(q, hn::LoadU(df, kf + 7 * hdp + c), a7);
-        }
+          a0 = hn::MulAdd(q, LoadChunk<kWhole>(df, kr[0], c, hd), a0);
+          a1 = hn::MulAdd(q, LoadChunk<kWhole>(df, kr[1], c, hd), a1);
+          a2 = hn::MulAdd(q, LoadChunk<kWhole>(df, kr[2], c, hd), a2);
+          a3 = hn::MulAdd(q, LoadChunk<kWhole>(df, kr[3], c, hd), a3);
+          a4 = hn::MulAdd(q, LoadChunk<kWhole>(df, kr[4], c, hd), a4);
+          a5 = hn::MulAdd(q, LoadChunk<kWhole>(df, kr[5], c, hd), a5);
+          a6 = hn::MulAdd(q, LoadChunk<kWhole>(df, kr[6], c, hd), a6);
+          a7 = hn::MulAdd(q, LoadChunk<kWhole>(df, kr[7], c, hd), a7);
+        };
+        int64_t c = 0;
+        for (; c + L <= hd; c += L) chunk(c, std::true_type());
+        if (c < hd) chunk(c, std::false_type());  // the zero-padded tail chunk
         StoreScores4(df, a0, a1, a2, a3, f4, it[0].s + col);
         if (p0 + 4 < n) {
           const auto f8 = Factors4<KT>(df, f + 4, p0 + 8 <= n && direct, kScaled<KT> ? ks4 + 4 * ss : nullptr, scale);
@@ -410,6 +414,8 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
         }
         continue;
       }
+      for (int64_t k = 0; k < step; ++k)
+        for (int64_t c = 0; c < hdp; c += L) hn::StoreU(LoadChunk(df, kr[k], c, hd), df, kf + k * hdp + c);
       // Two items at a time: 8 independent FMA chains (4 left the FMA units half idle at 4
       // cycles of latency), each K chunk loaded once for both. Per key and item the chain is
       // the same, so the pairing changes no bits.
