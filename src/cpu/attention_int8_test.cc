@@ -266,41 +266,6 @@ TEST(CpuAttentionInt8, TilesAnyRowGroupingBitIdentical) {
   });
 }
 
-// The rows and scales of an I8 slot (all `cap` of them) copied into head-major blocks of B
-// rows (values [n_kv, B, hd], scales [n_kv, B]: the KV cache's order, kv_pool.h); `view`
-// reads them (B must divide cap).
-struct I8HeadMajorCopy {
-  std::vector<int8_t> k, v;  // the blocks, back to back
-  std::vector<float> ks, vs;
-  std::vector<ops::KvBlock> table;
-  ops::KvView view;
-  I8HeadMajorCopy(const I8Slot& s, int64_t B) {
-    const int64_t n_kv = s.n_kv, hd = s.hd, cap = s.capacity;
-    k.resize(size_t(cap * n_kv * hd));
-    v.resize(k.size());
-    ks.resize(size_t(cap * n_kv));
-    vs.resize(ks.size());
-    for (int64_t b = 0; b < cap / B; ++b)
-      table.push_back({k.data() + b * B * n_kv * hd, v.data() + b * B * n_kv * hd, ks.data() + b * B * n_kv,
-                       vs.data() + b * B * n_kv});
-    view = s.view();
-    view.k = view.v = nullptr;
-    view.k_scale = view.v_scale = nullptr;
-    view.block_rows = B;
-    view.blocks = table.data();
-    view.head_major = true;
-    for (int64_t r = 0; r < cap; ++r)
-      for (int64_t g = 0; g < n_kv; ++g) {
-        const ops::KvBlock& b = table[size_t(r / B)];
-        const int64_t from = r * n_kv + g, to = view.index(r % B, g);
-        std::copy_n(s.k.data() + from * hd, hd, static_cast<int8_t*>(b.k) + to * hd);
-        std::copy_n(s.v.data() + from * hd, hd, static_cast<int8_t*>(b.v) + to * hd);
-        b.k_scale[to] = s.ks[size_t(from)];
-        b.v_scale[to] = s.vs[size_t(from)];
-      }
-  }
-};
-
 // Head-major paged blocks (the KV cache's layout: a kv head's rows and scales contiguous,
 // which the kernel reads four scales at a time) give bit for bit what the contiguous
 // position-major slot gives (scales one at a time): decode rows, whose MHA heads run the
@@ -314,7 +279,7 @@ TEST(CpuAttentionInt8, HeadMajorBlocksBitIdenticalToContiguous) {
         for (int64_t B : {8, 24}) {
           const int64_t cap = 96, N = 90, row = n_heads * hd;
           I8Slot s(cap, n_kv, hd, N, seed += 2);
-          const I8HeadMajorCopy hm(s, B);
+          const ops::testing::HeadMajorBlocks hm(s.view(), B);
           for (Queries qs :
                {causal_chunk(N - 1, 1, n_heads, hd, 0, seed + 1), causal_chunk(61, 1, n_heads, hd, 0, seed + 2),
                 causal_chunk(N - 1, 1, n_heads, hd, 37, seed + 3),

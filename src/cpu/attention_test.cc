@@ -63,34 +63,6 @@ struct Slot {
   }
 };
 
-// The rows of a slot (all `cap` of them) copied into head-major blocks of B rows ([n_kv, B,
-// hd] each, the KV cache's order, kv_pool.h); `view` reads them (B must divide cap).
-struct HeadMajorCopy {
-  std::vector<char> k, v;  // the blocks, back to back
-  std::vector<ops::KvBlock> table;
-  ops::KvView view;
-  HeadMajorCopy(Slot& s, int64_t B) {
-    const int64_t esz = s.dtype == ops::KvDType::F32 ? 4 : 2, n_kv = s.n_kv, hd = s.hd, cap = s.capacity;
-    k.resize(size_t(cap * n_kv * hd * esz));
-    v.resize(k.size());
-    for (int64_t b = 0; b < cap / B; ++b)
-      table.push_back({k.data() + b * B * n_kv * hd * esz, v.data() + b * B * n_kv * hd * esz, nullptr, nullptr});
-    view = s.view();
-    view.k = view.v = nullptr;
-    view.block_rows = B;
-    view.blocks = table.data();
-    view.head_major = true;
-    for (int64_t r = 0; r < cap; ++r)
-      for (int64_t g = 0; g < n_kv; ++g) {
-        const int64_t from = (r * n_kv + g) * hd * esz, to = view.index(r % B, g) * hd * esz;
-        std::memcpy(static_cast<char*>(table[size_t(r / B)].k) + to, static_cast<char*>(s.k()) + from,
-                    size_t(hd * esz));
-        std::memcpy(static_cast<char*>(table[size_t(r / B)].v) + to, static_cast<char*>(s.v()) + from,
-                    size_t(hd * esz));
-      }
-  }
-};
-
 // Query rows for positions q_pos, windows [k_lo, q_pos].
 struct Queries {
   std::vector<float> q;  // [T, n_heads, hd]
@@ -274,7 +246,7 @@ TEST_P(CpuAttention, KeyBlocksAnyRowGroupingBitIdentical) {
           expect_close(s, n_heads, qs);
           std::vector<float> all(size_t(T * row), NAN);
           cpu::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), all.data());
-          const HeadMajorCopy paged(s, 48);  // block ends not on key-block ends
+          const ops::testing::HeadMajorBlocks paged(s.view(), 48);  // block ends not on key-block ends
           for (int64_t chunk : {1, 16, 17, 40}) {
             std::vector<float> parts(all.size(), NAN);
             for (int64_t t0 = 0; t0 < T; t0 += chunk) {
@@ -316,7 +288,7 @@ TEST_P(CpuAttention, PagedBitIdenticalToContiguous) {
           paged.k = paged.v = nullptr;
           paged.block_rows = B;
           paged.blocks = table.data();
-          const HeadMajorCopy hm(whole, B);  // the same rows in head-major blocks
+          const ops::testing::HeadMajorBlocks hm(whole.view(), B);  // the same rows in head-major blocks
           const ops::KvView& paged_hm = hm.view;
           for (int64_t window : {0, 5}) {
             const Queries qs = causal_chunk(30, 7, n_heads, hd, window, seed + 1);

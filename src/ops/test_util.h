@@ -2,6 +2,7 @@
 // WeightView dtype. Test-only (not part of tinyloop_ops).
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -48,6 +49,45 @@ inline std::vector<uint8_t> position_bytes(const KvView& v, int64_t p) {
       }
   return out;
 }
+
+// The rows (and I8 scales) of a contiguous position-major slot, all `capacity` of them,
+// copied into head-major blocks of B rows ([n_kv, B, head_dim] values, [n_kv, B] scales:
+// the KV cache's order, model/kv_pool.h); `view` reads them (B must divide capacity).
+struct HeadMajorBlocks {
+  std::vector<uint8_t> k, v;  // the blocks, back to back
+  std::vector<float> ks, vs;  // their scales (I8 only)
+  std::vector<KvBlock> table;
+  KvView view;
+  HeadMajorBlocks(const KvView& src, int64_t B) {
+    const int64_t elem = src.dtype == KvDType::F32 ? 4 : src.dtype == KvDType::F16 ? 2 : 1;
+    const int64_t n_kv = src.n_kv_heads, hb = src.head_dim * elem, cap = src.capacity;
+    const bool scaled = src.dtype == KvDType::I8;
+    k.resize(size_t(cap * n_kv * hb));
+    v.resize(k.size());
+    ks.resize(scaled ? size_t(cap * n_kv) : 0);
+    vs.resize(ks.size());
+    for (int64_t b = 0; b < cap / B; ++b)
+      table.push_back({k.data() + b * B * n_kv * hb, v.data() + b * B * n_kv * hb,
+                       scaled ? ks.data() + b * B * n_kv : nullptr, scaled ? vs.data() + b * B * n_kv : nullptr});
+    view = src;
+    view.k = view.v = nullptr;
+    view.k_scale = view.v_scale = nullptr;
+    view.block_rows = B;
+    view.blocks = table.data();
+    view.head_major = true;
+    for (int64_t r = 0; r < cap; ++r)
+      for (int64_t g = 0; g < n_kv; ++g) {
+        const KvBlock& b = table[size_t(r / B)];
+        const int64_t from = src.index(r, g), to = view.index(r % B, g);
+        std::memcpy(static_cast<uint8_t*>(b.k) + to * hb, static_cast<const uint8_t*>(src.k) + from * hb, size_t(hb));
+        std::memcpy(static_cast<uint8_t*>(b.v) + to * hb, static_cast<const uint8_t*>(src.v) + from * hb, size_t(hb));
+        if (scaled) {
+          b.k_scale[to] = src.k_scale[from];
+          b.v_scale[to] = src.v_scale[from];
+        }
+      }
+  }
+};
 
 inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
   std::mt19937 rng(seed);
