@@ -108,8 +108,9 @@ struct Seg {
   const float* ks;  // head g's row-0 K scale (INT8 only, else null)
   const float* vs;  // head g's row-0 V scale (INT8 only, else null)
   int64_t rs, ss;  // elements / scales from one row of head g to the next
-  int64_t r0, lo, n;  // position lo's row in the block (kept: a % per run and pass was ~3 % of
-      // a cache-resident decode key with 32-row blocks), the run's length
+  // Position lo's row in the block (kept: a % per run and pass was ~3 % of a cache-resident
+  // decode key with 32-row blocks), the run's first position and length.
+  int64_t r0, lo, n;
 };
 
 // Positions lo .. hi of slot kv, kv head g, as runs within one block each (a contiguous ring
@@ -345,9 +346,9 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
   // are 8 independent FMA chains (4 keys left the FMA units idle half the time).
   const bool solo = NC == 0 && n_it == 1;
   const int64_t step = solo ? 8 : 4;
-  // The run's fields and the cursor as locals: the cursor's stores (int64_t) could alias a
-  // Seg's fields for the compiler, which then reloaded them from memory after every key.
-  // Row pointers of the step's first key, stepped a step at a time (a run never wraps its
+  // The run's fields and the cursor as locals (the cursor's int64_t stores could alias a
+  // Seg's fields for the compiler, which then reloaded them after every key), and row
+  // pointers of the step's first key, stepped a step at a time (a run never wraps its
   // block) and only onto rows of the run: none is formed past its last row.
   const int64_t rs = sg.rs, ss = sg.ss, n = sg.n;
   const KT* kp = sg.k + r * rs;
@@ -376,8 +377,7 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
       f[k] = scale;
       if constexpr (kScaled<KT>) f[k] = ksp[k * ss] * scale;
     }
-    // ksp: the step's K scales, four contiguous ones where ss == 1 and the step is whole.
-    const float* const ks4 = ksp;
+    const float* const ks4 = ksp;  // the step's K scales: four contiguous ones where ss == 1
     if (p0 + step < n) {
       kp += step * rs;
       vp += step * rs;
