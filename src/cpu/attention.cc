@@ -264,24 +264,24 @@ HWY_INLINE void PrefetchRow(const KT* row, int64_t n, const float* scales, int64
 // ring row recomputed per key (a multiply, and a % per run), with the run's fields reloaded
 // after every store the compiler could not rule out, was most of a decode key's scalar
 // work (EPYC Zen 5, INT8 K/V, `TINYLOOP_BENCH_DECODE_SLOTS=i8 cpu_kernels_bench`).
+// A cursor walks one area: K (keys) or V.
 template <typename KT>
 struct Ahead {
   const Seg<KT>* seg;
   int64_t n_seg, j = 0;
+  bool keys;  // K rows, else V rows
   int64_t left = 0;  // positions from the cursor to the end of seg[j]
   int64_t rs = 0, ss = 0;  // seg[j]'s row and scale steps
-  const KT* k = nullptr;  // the cursor's K row of the head (V likewise)
-  const KT* v = nullptr;
-  const float* ks = nullptr;  // its INT8 K scale (V likewise); null for F32 / F16
-  const float* vs = nullptr;
-  Ahead(const Seg<KT>* s, int64_t n) : seg(s), n_seg(n) {
+  const KT* row = nullptr;  // the cursor's row of the head
+  const float* sc = nullptr;  // its INT8 scale; null for F32 / F16
+  Ahead(const Seg<KT>* s, int64_t n, bool k) : seg(s), n_seg(n), keys(k) {
     at(0);
     skip(kAheadKeys<KT>);
   }
-  // Prefetches [n] elements from element `from` of the head's K (keys) or V row.
-  HWY_INLINE void fetch(bool keys, int64_t from, int64_t n) const {
+  // Prefetches [n] elements from element `from` of the cursor's row (and its scale).
+  HWY_INLINE void fetch(int64_t from, int64_t n) const {
     if (j >= n_seg) return;
-    PrefetchRow((keys ? k : v) + from, n, keys ? ks : vs, 0);
+    PrefetchRow(row + from, n, sc, 0);
   }
   // (The pointers step only onto rows of the run: none is formed past its last row.)
   HWY_INLINE void next() {
@@ -291,12 +291,8 @@ struct Ahead {
       at(0);
       return;
     }
-    k += rs;
-    v += rs;
-    if constexpr (kScaled<KT>) {
-      ks += ss;
-      vs += ss;
-    }
+    row += rs;
+    if constexpr (kScaled<KT>) sc += ss;
   }
   // Moves the cursor n positions on (past a key block another cursor walked).
   void skip(int64_t n) {
@@ -314,12 +310,8 @@ struct Ahead {
     const int64_t r = s.r0 + off;  // row in the block
     rs = s.rs;
     ss = s.ss;
-    k = s.k + r * rs;
-    v = s.v + r * rs;
-    if constexpr (kScaled<KT>) {
-      ks = s.ks + r * ss;
-      vs = s.vs + r * ss;
-    }
+    row = (keys ? s.k : s.v) + r * rs;
+    if constexpr (kScaled<KT>) sc = (keys ? s.ks : s.vs) + r * ss;
     left = s.n - off;
   }
 };
@@ -360,9 +352,13 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
     vsp = sg.vs + r * ss;
   }
   Ahead<KT> ah = ahead;  // a local: its stores cannot alias anything the loop reads
+  // Four keys' factors are one vector (Factors4) where their scales are contiguous (or there
+  // are none); the array f only for the other steps.
+  const bool direct = HWY_TARGET != HWY_SCALAR && (!kScaled<KT> || ss == 1);
   for (int64_t p0 = 0; p0 < n; p0 += step) {
     const KT* kr[8];  // [step] rows of the keys
-    alignas(16) float f[8];  // [step] the scores' factors
+    alignas(16) float f[8];  // [step] the scores' factors (when !direct or the step is cut)
+    const bool fill = !direct || p0 + step > n;
     for (int64_t k = 0; k < step; ++k) {
       if (p0 + k >= n) {  // past the part's end: a zero row
         kr[k] = zrow;
@@ -370,12 +366,11 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
         continue;
       }
       kr[k] = kp + k * rs;
-      ah.fetch(true, 0, hd);
+      ah.fetch(0, hd);
       ah.next();
       // This key's V row (and scale), for the weighted-V pass that follows.
       if constexpr (kVWithK<KT>) PrefetchRow(vp + k * rs, hd, vsp, k * ss);
-      f[k] = scale;
-      if constexpr (kScaled<KT>) f[k] = ksp[k * ss] * scale;
+      if (fill) f[k] = kScaled<KT> ? ksp[k * ss] * scale : scale;
     }
     const float* const ks4 = ksp;  // the step's K scales: four contiguous ones where ss == 1
     if (p0 + step < n) {
@@ -388,7 +383,6 @@ HWY_INLINE void QkScores(const Seg<KT>& sg, Ahead<KT>& ahead, int64_t hd, int64_
     }
     const int64_t col = sg.lo + p0 - ulo;
     // The factors of keys p0 .. p0 + 3 (and p0 + 4 .. p0 + 7 for the 8-key step).
-    const bool direct = !kScaled<KT> || ss == 1;
     const auto f4 = Factors4<KT>(df, f, p0 + 4 <= n && direct, ks4, scale);
     if constexpr (NC == 0) {
       if (solo) {
@@ -553,7 +547,7 @@ HWY_NOINLINE void WeightedV(const Seg<KT>* seg, int64_t n_seg, Ahead<KT> ahead, 
   ForEachVRow(seg, n_seg, c0, [&](int64_t p, const KT* vr, float vsc) HWY_ATTR {
     if constexpr (!kVWithK<KT>) {
       if (prefetch) {
-        ahead.fetch(false, c0, std::min<int64_t>(hd - c0, NV * L));
+        ahead.fetch(c0, std::min<int64_t>(hd - c0, NV * L));
         ahead.next();
       }
     }
@@ -624,7 +618,7 @@ HWY_NOINLINE void WeightedV1(const Seg<KT>* seg, int64_t n_seg, Ahead<KT> ahead,
   if constexpr (NV > 7) a7 = hn::Mul(LoadChunk<kFull>(df, o, 7 * L, hd - c0), al);
   ForEachVRow(seg, n_seg, c0, [&](int64_t p, const KT* vr, float vsc) HWY_ATTR {
     if constexpr (!kVWithK<KT>) {
-      ahead.fetch(false, c0, std::min<int64_t>(hd - c0, NV * L));
+      ahead.fetch(c0, std::min<int64_t>(hd - c0, NV * L));
       ahead.next();
     }
     if (p < it.lo || p > it.hi) return;
@@ -724,7 +718,7 @@ HWY_NOINLINE void AttendTileT(const detail::AttnArgs& a, const int64_t* rows, in
   SplitRange(a.kv, g, ulo, uhi, seg);
   const int64_t n_seg = int64_t(seg.size());
   const float scale = float(1.0 / std::sqrt(double(hd)));
-  Ahead<KT> kahead(seg.data(), n_seg), vahead = kahead;  // prefetch cursors of the K and V walks
+  Ahead<KT> kahead(seg.data(), n_seg, true), vahead(seg.data(), n_seg, false);  // prefetch cursors of the K and V walks
   for (int64_t bs = ulo; bs <= uhi;) {
     const int64_t be = std::min(uhi, (bs / detail::kKeyBlock + 1) * detail::kKeyBlock - 1);  // block bs .. be
     SplitRange(a.kv, g, bs, be, bseg);
