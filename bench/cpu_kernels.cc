@@ -313,10 +313,14 @@ int main() {
   }
   // TINYLOOP_BENCH_ATTENTION_ONLY=1: only attention, contiguous against paged KV.
   // TINYLOOP_BENCH_PREFILL_SHAPES=1: F16 prefill through every projection shape of the
-  // benchmark model (dim 768, ffn 2048): q/k/v/o, gate/up, down.
-  if (std::getenv("TINYLOOP_BENCH_PREFILL_SHAPES")) {
-    for (auto [K, N] : {std::pair<int64_t, int64_t>{768, 768}, {768, 2048}, {2048, 768}})
-      matmul_case("prefill", 512, K, N, DType::F16, 3);
+  // benchmark model (dim 768, ffn 2048): q/k/v/o, gate/up, down. =ouro: Ouro-1.4B's (dim 2048,
+  // ffn 5632), the K of a real checkpoint.
+  if (const char* shapes = std::getenv("TINYLOOP_BENCH_PREFILL_SHAPES")) {
+    using KN = std::pair<int64_t, int64_t>;
+    const bool ouro = std::string(shapes) == "ouro";
+    const std::vector<KN> kn = ouro ? std::vector<KN>{{2048, 2048}, {2048, 5632}, {5632, 2048}}
+                                    : std::vector<KN>{{768, 768}, {768, 2048}, {2048, 768}};
+    for (auto [K, N] : kn) matmul_case("prefill", 512, K, N, DType::F16, 3);
     return 0;
   }
   if (std::getenv("TINYLOOP_BENCH_ATTENTION_ONLY")) {

@@ -35,13 +35,32 @@ namespace hn = hwy::HWY_NAMESPACE;
 // vectors + 1 weight vector must fit. AVX-512 has 32 vector registers, AVX2 and SSE 16.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr int kTileMR = 4, kTileNR = 4;  // 16 + 4 + 1 = 21 of 32
-// The prefill path's 8 x 3 tile (DotTile83: 24 + 3 + 1 of 32) runs where its 8 x rows of K
-// floats fit this (K <= 1024), so they stay in L1 while the weight rows stream from L2;
-// beyond it the 4 x 4 tile is faster. EPYC Zen 5, one thread, F16, T = 512
-// (`TINYLOOP_BENCH_PREFILL_SHAPES=1 cpu_kernels_bench`, the two tiles alternating in one
-// binary, 2026-12-07), GFLOP/s 4 x 4 / 8 x 3: K = 256 144-150 / 159-169, K = 768 N = 768
-// 165-169 / 180-182, K = 768 N = 2048 141-163 / 164-176, K = 2048 137-139 / 116-118.
+// The prefill path's 8 x 3 tile (DotTile83Part: 24 + 3 + 1 of 32) runs in one pass over K
+// where its 8 x rows take less than this (K < 1024), so they stay in L1 while the weight
+// rows stream from L2. EPYC Zen 5, one thread, F16, T = 512 (`TINYLOOP_BENCH_PREFILL_SHAPES=1
+// cpu_kernels_bench`, the two tiles alternating in one binary, 2026-12-07), GFLOP/s 4 x 4 /
+// 8 x 3: K = 256 144-150 / 159-169, K = 768 N = 768 165-169 / 180-182, K = 768 N = 2048
+// 141-163 / 164-176.
 constexpr int64_t kWideTileXBytes = 32 << 10;
+HWY_INLINE constexpr bool OnePass83(int64_t K) { return K * 8 * int64_t(sizeof(float)) < kWideTileXBytes; }
+// From K = 1024 on, the 8 x rows go in K chunks of kChunkFloats, each copied into one
+// contiguous 16 KiB block first, where a task has kChunkedMinRows weight rows or more to share
+// the copy (else the 4 x 4 tile runs). Why the copy: rows of a K that is a multiple of 1024
+// floats lie a multiple of 4 KiB apart, so the 8 rows' lines at one k all fall in one L1 set
+// (48 KiB, 12 ways of 4 KiB) beside the 3 weight rows': chunking alone measured no faster
+// than the 4 x 4 tile, and one pass at K = 1024 no faster either. Why the task size: the copy
+// costs about a sixth of a 4-group (12-row) pass over it. A scratch A/B calling cpu::matmul
+// with the variants alternating call by call (30-40 calls each), one thread, F16, T = 512,
+// EPYC Zen 5, 2026-12-07, GFLOP/s p25 (best): K = 2048 N = 768 4 x 4 118-132 (131-142),
+// chunks of 512 copied 136-172 (179-181), of 1024 copied 133 (175), of 512 not copied 101
+// (140); K = 2048 N = 2048 114-138 / 139-166, N = 5632 140 / 168; K = 1024 N = 1024 one pass
+// 150 / chunked 177, N = 2816 123 / 165; K = 768 N = 2048 one pass 166 / chunked 162 (so
+// one pass stays below 1024); 2 threads K = 2048 N = 768 219 / 284. K = 5632 N = 2048
+// (tasks of 12 rows) 4 x 4 98 / chunked 76: the 4 x 4 tile is kept there.
+constexpr int64_t kChunkFloats = 512, kChunkedMinRows = 36;
+// The widened weight tile's bytes where a K beyond one pass reaches kChunkedMinRows rows with
+// it (K <= 2730): a third of a 1 MiB L2 instead of kTileBytes (K = 2048: 48 rows, not 12).
+constexpr int64_t kChunkedTileBytes = 384 << 10;
 #else
 constexpr int kTileMR = 3, kTileNR = 4;  // 12 + 3 + 1 = 16 of 16
 #endif
@@ -157,39 +176,95 @@ HWY_INLINE void DotTile(const float* const* HWY_RESTRICT x, const WT* const* HWY
   TINYLOOP_TILE83_ROW(2, LOAD(x[2])) TINYLOOP_TILE83_ROW(3, LOAD(x[3]))             \
   TINYLOOP_TILE83_ROW(4, LOAD(x[4])) TINYLOOP_TILE83_ROW(5, LOAD(x[5]))             \
   TINYLOOP_TILE83_ROW(6, LOAD(x[6])) TINYLOOP_TILE83_ROW(7, LOAD(x[7]))
-HWY_INLINE void DotTile83(const float* const* HWY_RESTRICT x, const float* const* HWY_RESTRICT w, size_t K,
-                          float* HWY_RESTRICT out) {
+// One K chunk of n elements of the tile (x and w point at the chunk's first element):
+// kFirst starts the 24 accumulators at zero, otherwise they are loaded from acc; kLast runs
+// the zero-padded tail (the chunk ends at K) and reduces into out, otherwise the
+// accumulators are stored back to acc. Every chunk but the last is whole vectors, so the
+// chunks together run exactly the vector steps of one pass over K, and storing a vector and
+// loading it back is exact: the bits do not depend on the chunking.
+//   x   8 row pointers, each [n] float (pointers may repeat: padding rows)
+//   w   3 row pointers, each [n] float
+//   acc [24, L] float accumulators between chunks, 64-byte aligned (unused when kFirst && kLast)
+//   out [8 * 3] (kLast only)
+template <bool kFirst, bool kLast>
+HWY_INLINE void DotTile83Part(const float* const* HWY_RESTRICT x, const float* const* HWY_RESTRICT w, size_t n,
+                              float* HWY_RESTRICT acc, float* HWY_RESTRICT out) {
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const size_t L = hn::Lanes(df);
-  V r00 = hn::Zero(df), r01 = r00, r02 = r00, r10 = r00, r11 = r00, r12 = r00, r20 = r00, r21 = r00, r22 = r00;
-  V r30 = r00, r31 = r00, r32 = r00, r40 = r00, r41 = r00, r42 = r00, r50 = r00, r51 = r00, r52 = r00;
-  V r60 = r00, r61 = r00, r62 = r00, r70 = r00, r71 = r00, r72 = r00;
+  V r00, r01, r02, r10, r11, r12, r20, r21, r22, r30, r31, r32;
+  V r40, r41, r42, r50, r51, r52, r60, r61, r62, r70, r71, r72;
+  if constexpr (kFirst) {
+    r00 = hn::Zero(df);
+    r01 = r02 = r10 = r11 = r12 = r20 = r21 = r22 = r30 = r31 = r32 = r00;
+    r40 = r41 = r42 = r50 = r51 = r52 = r60 = r61 = r62 = r70 = r71 = r72 = r00;
+  } else {
+    // clang-format off
+    r00 = hn::Load(df, acc + 0 * L);  r01 = hn::Load(df, acc + 1 * L);  r02 = hn::Load(df, acc + 2 * L);
+    r10 = hn::Load(df, acc + 3 * L);  r11 = hn::Load(df, acc + 4 * L);  r12 = hn::Load(df, acc + 5 * L);
+    r20 = hn::Load(df, acc + 6 * L);  r21 = hn::Load(df, acc + 7 * L);  r22 = hn::Load(df, acc + 8 * L);
+    r30 = hn::Load(df, acc + 9 * L);  r31 = hn::Load(df, acc + 10 * L); r32 = hn::Load(df, acc + 11 * L);
+    r40 = hn::Load(df, acc + 12 * L); r41 = hn::Load(df, acc + 13 * L); r42 = hn::Load(df, acc + 14 * L);
+    r50 = hn::Load(df, acc + 15 * L); r51 = hn::Load(df, acc + 16 * L); r52 = hn::Load(df, acc + 17 * L);
+    r60 = hn::Load(df, acc + 18 * L); r61 = hn::Load(df, acc + 19 * L); r62 = hn::Load(df, acc + 20 * L);
+    r70 = hn::Load(df, acc + 21 * L); r71 = hn::Load(df, acc + 22 * L); r72 = hn::Load(df, acc + 23 * L);
+    // clang-format on
+  }
   size_t k = 0;
-  for (; k + L <= K; k += L) {
+  for (; k + L <= n; k += L) {
 #define TINYLOOP_LOAD_FULL(P) hn::LoadU(df, (P) + k)
     TINYLOOP_TILE83_STEP(TINYLOOP_LOAD_FULL)
 #undef TINYLOOP_LOAD_FULL
   }
-  if (k < K) {
-    const size_t rem = K - k;
+  if constexpr (kLast) {
+    if (k < n) {
+      const size_t rem = n - k;
 #define TINYLOOP_LOAD_TAIL(P) LoadF32Tail(df, (P) + k, rem)
-    TINYLOOP_TILE83_STEP(TINYLOOP_LOAD_TAIL)
+      TINYLOOP_TILE83_STEP(TINYLOOP_LOAD_TAIL)
 #undef TINYLOOP_LOAD_TAIL
+    }
+    // out[i * 3 + j] in order, four at a time (6 reductions of 4 outputs, none wasted).
+    ReduceSum4F32(df, r00, r01, r02, r10, out);
+    ReduceSum4F32(df, r11, r12, r20, r21, out + 4);
+    ReduceSum4F32(df, r22, r30, r31, r32, out + 8);
+    ReduceSum4F32(df, r40, r41, r42, r50, out + 12);
+    ReduceSum4F32(df, r51, r52, r60, r61, out + 16);
+    ReduceSum4F32(df, r62, r70, r71, r72, out + 20);
+  } else {
+    // clang-format off
+    hn::Store(r00, df, acc + 0 * L);  hn::Store(r01, df, acc + 1 * L);  hn::Store(r02, df, acc + 2 * L);
+    hn::Store(r10, df, acc + 3 * L);  hn::Store(r11, df, acc + 4 * L);  hn::Store(r12, df, acc + 5 * L);
+    hn::Store(r20, df, acc + 6 * L);  hn::Store(r21, df, acc + 7 * L);  hn::Store(r22, df, acc + 8 * L);
+    hn::Store(r30, df, acc + 9 * L);  hn::Store(r31, df, acc + 10 * L); hn::Store(r32, df, acc + 11 * L);
+    hn::Store(r40, df, acc + 12 * L); hn::Store(r41, df, acc + 13 * L); hn::Store(r42, df, acc + 14 * L);
+    hn::Store(r50, df, acc + 15 * L); hn::Store(r51, df, acc + 16 * L); hn::Store(r52, df, acc + 17 * L);
+    hn::Store(r60, df, acc + 18 * L); hn::Store(r61, df, acc + 19 * L); hn::Store(r62, df, acc + 20 * L);
+    hn::Store(r70, df, acc + 21 * L); hn::Store(r71, df, acc + 22 * L); hn::Store(r72, df, acc + 23 * L);
+    // clang-format on
   }
-  // out[i * 3 + j] in order, four at a time (6 reductions of 4 outputs, none wasted).
-  ReduceSum4F32(df, r00, r01, r02, r10, out);
-  ReduceSum4F32(df, r11, r12, r20, r21, out + 4);
-  ReduceSum4F32(df, r22, r30, r31, r32, out + 8);
-  ReduceSum4F32(df, r40, r41, r42, r50, out + 12);
-  ReduceSum4F32(df, r51, r52, r60, r61, out + 16);
-  ReduceSum4F32(df, r62, r70, r71, r72, out + 20);
 }
 #undef TINYLOOP_IN_REGISTER
 #undef TINYLOOP_TILE83_ROW
 #undef TINYLOOP_TILE83_STEP
 // clang-format on
 #endif  // AVX-512
+
+// Weight rows per task of the tiled path (the driver splits N into tasks of this many rows,
+// matmul.cc): as many as fit the widened tile (f32 weights are used in place, but the same
+// split keeps their working set in L2 too), a multiple of 12 so that both micro-tiles (4
+// weight rows, and AVX-512's 8 x 3) cover a task without a ragged group: with 40 rows
+// (K = 768) the 8 x 3 tile left one row to a 4 x 1 tile at a third of its speed. On AVX-512
+// a K beyond one 8 x 3 pass gets the larger chunked tile where that reaches
+// kChunkedMinRows (TiledRange; float_tile false: the int8 / int4 tiled path, which runs the
+// 4 x 4 tile only, keeps kTileBytes).
+HWY_INLINE int64_t TiledTaskRows(int64_t K, bool float_tile) {
+  const int64_t row_bytes = (K + 15) / 16 * 16 * int64_t(sizeof(float));  // K padded to the widest vector
+  int64_t bytes = detail::kTileBytes;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (float_tile && !OnePass83(K) && kChunkedTileBytes / row_bytes >= kChunkedMinRows) bytes = kChunkedTileBytes;
+#endif
+  return std::clamp<int64_t>(bytes / row_bytes / 12 * 12, 12, detail::kTileMaxRows);
+}
 
 // y[t0 .. t0+mt, n0 .. n0+mj] from a tile result acc[MR * NR] (+ bias). Only the mt x mj
 // valid part is written; padded rows / columns are dropped.
@@ -405,26 +480,63 @@ HWY_NOINLINE void TiledRange(const detail::MatmulArgs& a, int64_t n0, int64_t n1
     }
   };
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  // The 8 x 3 tile where its 8 x rows stay in L1 (kWideTileXBytes); blocks of up to 4 x rows
+  // The 8 x 3 tile: its 8 x rows in one pass where they fit L1, else in packed K chunks
+  // (kChunkFloats) on tasks of kChunkedMinRows weight rows or more; blocks of up to 4 x rows
   // (the last one) take the 4 x 4 tile, which computes fewer padding rows.
-  if (K * 8 * int64_t(sizeof(float)) <= kWideTileXBytes) {
+  const int64_t groups = nb / 3;  // 3-row weight groups; the last nb % 3 rows: the 4-row tile
+  const bool one_pass = OnePass83(K);
+  if (one_pass || nb >= kChunkedMinRows) {
+    // Chunked: [8, kChunkFloats] packed x rows and [groups, 24, L] accumulators, 64-byte
+    // aligned, per thread (they grow to the largest tile seen).
+    float* xpack = nullptr;
+    float* accs = nullptr;
+    if (!one_pass) {
+      thread_local std::vector<float> xpack_buf, acc_buf;
+      const auto aligned = [](std::vector<float>& v, size_t n) {
+        if (v.size() < n + 16) v.resize(n + 16);
+        return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t(63));
+      };
+      xpack = aligned(xpack_buf, size_t(8 * kChunkFloats));
+      accs = aligned(acc_buf, size_t(groups * 24 * L));
+    }
     int64_t t = 0;
     for (; t + 4 < a.T; t += 8) {
       const int64_t mt = std::min<int64_t>(8, a.T - t);
       const float* xr[8];
       XRows<8>(a, t, mt, xr);
-      int64_t j = 0;
-      for (; j + 3 <= nb; j += 3) {
-        const float* wr[3] = {tile + j * ld, tile + (j + 1) * ld, tile + (j + 2) * ld};
-        float acc[24];
-        DotTile83(xr, wr, size_t(K), acc);
-        StoreTile<3>(acc, mt, 3, a.bias, a.y, a.N, t, n0 + j);
+      if (one_pass) {
+        for (int64_t g = 0; g < groups; ++g) {
+          const float* wr[3] = {tile + 3 * g * ld, tile + (3 * g + 1) * ld, tile + (3 * g + 2) * ld};
+          float out[24];
+          DotTile83Part<true, true>(xr, wr, size_t(K), nullptr, out);
+          StoreTile<3>(out, mt, 3, a.bias, a.y, a.N, t, n0 + 3 * g);
+        }
+      } else {
+        const float* xp[8];  // the packed rows of the chunk
+        for (int i = 0; i < 8; ++i) xp[i] = xpack + i * kChunkFloats;
+        for (int64_t k0 = 0; k0 < K; k0 += kChunkFloats) {
+          const int64_t n = std::min(K - k0, kChunkFloats);
+          for (int i = 0; i < 8; ++i) std::copy(xr[i] + k0, xr[i] + k0 + n, xpack + i * kChunkFloats);
+          for (int64_t g = 0; g < groups; ++g) {
+            const float* wr[3] = {tile + 3 * g * ld + k0, tile + (3 * g + 1) * ld + k0, tile + (3 * g + 2) * ld + k0};
+            float* acc = accs + g * 24 * L;  // [24, L]
+            if (k0 == 0) {
+              DotTile83Part<true, false>(xp, wr, size_t(n), acc, nullptr);
+            } else if (k0 + n < K) {
+              DotTile83Part<false, false>(xp, wr, size_t(n), acc, nullptr);
+            } else {
+              float out[24];
+              DotTile83Part<false, true>(xp, wr, size_t(n), acc, out);
+              StoreTile<3>(out, mt, 3, a.bias, a.y, a.N, t, n0 + 3 * g);
+            }
+          }
+        }
       }
       // The last 1 or 2 weight rows (tasks are multiples of 12 rows, so only at the end of N):
       // the 4-row tile on each half of the 8 x rows.
-      if (j < nb) {
-        rows4(t, 4, j);
-        rows4(t + 4, mt - 4, j);
+      if (3 * groups < nb) {
+        rows4(t, 4, 3 * groups);
+        rows4(t + 4, mt - 4, 3 * groups);
       }
     }
     if (t < a.T) rows4(t, a.T - t, 0);

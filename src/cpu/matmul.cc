@@ -15,16 +15,6 @@
 namespace tinyloop::cpu {
 namespace {
 
-// Weight rows per task on the tiled path: as many as fit the widened tile (f32 weights are
-// used in place but the same split keeps their working set in L2 too), a multiple of 12 so
-// that both micro-tiles (4 weight rows, and AVX-512's 8 x 3) cover a task without a ragged
-// group: with 40 rows (K = 768) the 8 x 3 tile left one row to a 4 x 1 tile at a third of
-// its speed.
-int64_t tile_rows(int64_t K) {
-  const int64_t kp = (K + 15) / 16 * 16;  // K padded to the widest vector
-  return std::clamp<int64_t>(detail::kTileBytes / (kp * 4) / 12 * 12, 12, detail::kTileMaxRows);
-}
-
 detail::MatmulRangeFn kernel_for(DType t) {
   switch (t) {
     case DType::F16: return detail::matmul_range_f16();
@@ -81,7 +71,8 @@ void matmul(const float* x, int64_t T, const ops::WeightView& w, const float* bi
     }
   }
   const detail::MatmulRangeFn fn = kernel_for(w.dtype);
-  const int64_t rows = T <= detail::kFusedMaxRows ? detail::stream_task_rows(N) : tile_rows(K);
+  const int64_t rows =
+      T <= detail::kFusedMaxRows ? detail::stream_task_rows(N) : detail::tiled_task_rows(K, !is_quantized(w.dtype));
   detail::for_row_chunks(T, N, K, rows, [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
 }
 

@@ -43,7 +43,10 @@ constexpr int64_t kDirectMaxRows = 64;
 // Bytes of the widened weight tile of the prefill path: fits the 1-2 MiB L2 of a core with
 // room for the x rows streaming past it.
 constexpr int64_t kTileBytes = 128 << 10;
-constexpr int64_t kTileMaxRows = 60;  // a multiple of 12 (matmul.cc tile_rows)
+constexpr int64_t kTileMaxRows = 60;  // a multiple of 12 (tiled_task_rows)
+// Weight rows per task of the tiled path for this K, on the target the dispatcher picks now
+// (matmul-inl.h TiledTaskRows; float_tile: F32 / F16 / BF16 weights, false for int8 / int4).
+int64_t tiled_task_rows(int64_t K, bool float_tile);
 
 // Computes output columns [n0, n1) of every row (a task of the driver).
 using MatmulRangeFn = void (*)(const MatmulArgs& a, int64_t n0, int64_t n1);

@@ -80,9 +80,11 @@ TEST_P(CpuMatmul, OddSizesAgainstReference) {
     expect_close_to_reference(make_case(64, 129, 45, GetParam(), 103), true);
     expect_close_to_reference(make_case(67, 129, 45, GetParam(), 104), false);
     // AVX-512's 8 x 3 prefill tile: a last block of 6 x rows, N = 47 leaving 2 weight rows;
-    // K = 2051 on the 4 x 4 tile, tasks of 12, 12 and 2 rows.
+    // K = 2051 on the 4 x 4 tile (one task of 26 rows), and in packed K chunks (512 x 4 + 3)
+    // on a task of 36 rows beside one of 4.
     expect_close_to_reference(make_case(70, 130, 47, GetParam(), 105), true);
     expect_close_to_reference(make_case(70, 2051, 26, GetParam(), 106), true);
+    expect_close_to_reference(make_case(70, 2051, 40, GetParam(), 107), true);
   });
 }
 
@@ -92,8 +94,11 @@ TEST_P(CpuMatmul, OddSizesAgainstReference) {
 TEST_P(CpuMatmul, BatchAndSliceInvariant) {
   testing::for_each_target([&] {
     // AVX-512's 8 x 3 prefill tile (T = 70: a last block of 6 rows, N = 75: tasks leaving
-    // weight rows to the 4-row tile), K = 1030 its 4 x 4 one.
-    for (int64_t K : {7, 64, 131, 1030}) {
+    // weight rows to the 4-row tile), in one pass (K < 1024) and in packed K chunks of 512 on
+    // the tasks of 36 rows or more: K = 1024 (two whole chunks, no tail), 1030 (512, 512, the
+    // 6-float tail), 1300 (the last chunk whole vectors and a tail), 2051 (a first chunk,
+    // three middle ones, a last).
+    for (int64_t K : {7, 64, 131, 1024, 1030, 1300, 2051}) {
       const int64_t T = 70, N = 75;  // the whole call on the tiled path
       const Case c = make_case(T, K, N, GetParam(), uint32_t(K));
       std::vector<float> y(size_t(T * N));
