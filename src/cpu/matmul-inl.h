@@ -55,11 +55,14 @@ HWY_INLINE constexpr bool OnePass83(int64_t K) { return K * 8 * int64_t(sizeof(f
 // chunks of 512 copied 136-172 (179-181), of 1024 copied 133 (175), of 512 not copied 101
 // (140); K = 2048 N = 2048 114-138 / 139-166, N = 5632 140 / 168; K = 1024 N = 1024 one pass
 // 150 / chunked 177, N = 2816 123 / 165; K = 768 N = 2048 one pass 166 / chunked 162 (so
-// one pass stays below 1024); 2 threads K = 2048 N = 768 219 / 284. K = 5632 N = 2048
-// (tasks of 12 rows) 4 x 4 98 / chunked 76: the 4 x 4 tile is kept there.
+// one pass stays below 1024); 2 threads K = 2048 N = 768 219 / 284. K = 5632 N = 2048 on
+// tasks of 12 rows: 4 x 4 98 / chunked 76, so larger K get tasks of kChunkedMinRows rows
+// and a widened tile of column spans (ChunkedRange): 126-136 -> 148-159
+// (`TINYLOOP_BENCH_PREFILL_SHAPES=ouro cpu_kernels_bench`, best of 4-5 alternating runs).
 constexpr int64_t kChunkFloats = 512, kChunkedMinRows = 36;
-// The widened weight tile's bytes where a K beyond one pass reaches kChunkedMinRows rows with
-// it (K <= 2730): a third of a 1 MiB L2 instead of kTileBytes (K = 2048: 48 rows, not 12).
+// The widened weight tile's bytes on the chunked path, a third of a 1 MiB L2 (kTileBytes
+// elsewhere): all of K up to 2730 on tasks of 36 rows (K = 2048: 48 rows, not 12), spans of
+// 2560 columns at K = 5632 (spans of 1024 measured the same there, of 512 slower).
 constexpr int64_t kChunkedTileBytes = 384 << 10;
 #else
 constexpr int kTileMR = 3, kTileNR = 4;  // 12 + 3 + 1 = 16 of 16
@@ -254,16 +257,16 @@ HWY_INLINE void DotTile83Part(const float* const* HWY_RESTRICT x, const float* c
 // split keeps their working set in L2 too), a multiple of 12 so that both micro-tiles (4
 // weight rows, and AVX-512's 8 x 3) cover a task without a ragged group: with 40 rows
 // (K = 768) the 8 x 3 tile left one row to a 4 x 1 tile at a third of its speed. On AVX-512
-// a K beyond one 8 x 3 pass gets the larger chunked tile where that reaches
-// kChunkedMinRows (TiledRange; float_tile false: the int8 / int4 tiled path, which runs the
-// 4 x 4 tile only, keeps kTileBytes).
+// a K beyond one 8 x 3 pass (ChunkedRange, which widens a span of columns at a time) gets
+// kChunkedTileBytes and at least kChunkedMinRows rows whatever K is (float_tile false: the
+// int8 / int4 tiled path, which runs the 4 x 4 tile only, keeps kTileBytes).
 HWY_INLINE int64_t TiledTaskRows(int64_t K, bool float_tile) {
   const int64_t row_bytes = (K + 15) / 16 * 16 * int64_t(sizeof(float));  // K padded to the widest vector
-  int64_t bytes = detail::kTileBytes;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  if (float_tile && !OnePass83(K) && kChunkedTileBytes / row_bytes >= kChunkedMinRows) bytes = kChunkedTileBytes;
+  if (float_tile && !OnePass83(K))
+    return std::clamp<int64_t>(kChunkedTileBytes / row_bytes / 12 * 12, kChunkedMinRows, detail::kTileMaxRows);
 #endif
-  return std::clamp<int64_t>(bytes / row_bytes / 12 * 12, 12, detail::kTileMaxRows);
+  return std::clamp<int64_t>(detail::kTileBytes / row_bytes / 12 * 12, 12, detail::kTileMaxRows);
 }
 
 // y[t0 .. t0+mt, n0 .. n0+mj] from a tile result acc[MR * NR] (+ bias). Only the mt x mj
@@ -429,20 +432,22 @@ HWY_NOINLINE void FusedRows(const detail::MatmulArgs& a, int64_t t0, int64_t mt,
   }
 }
 
-// Widens rows [n0, n0 + nb) of W into buf[nb, Kp] (Kp = K rounded up to whole vectors).
-// Full vectors through LoadF32, the tail through LoadF32Tail: the same exact widening the
-// fused path does in registers.
+// Widens columns [c0, c1) of rows [n0, n0 + nb) of W into buf[nb, ldb] (ldb >= c1 - c0
+// rounded up to whole vectors). Full vectors through LoadF32, the tail through LoadF32Tail:
+// the same exact widening the fused path does in registers. c0 is a multiple of the lane
+// count, so a tail (zero-padded) is only ever W's own.
+//   w [N, K] of WT
 template <typename WT>
-HWY_INLINE void WidenRows(const WT* HWY_RESTRICT w, int64_t K, int64_t Kp, int64_t n0, int64_t nb,
-                          float* HWY_RESTRICT buf) {
+HWY_INLINE void WidenCols(const WT* HWY_RESTRICT w, int64_t K, int64_t n0, int64_t nb, int64_t c0, int64_t c1,
+                          int64_t ldb, float* HWY_RESTRICT buf) {
   const hn::ScalableTag<float> df;
-  const int64_t L = int64_t(hn::Lanes(df));
+  const int64_t L = int64_t(hn::Lanes(df)), n = c1 - c0;
   for (int64_t r = 0; r < nb; ++r) {
-    const WT* src = w + (n0 + r) * K;  // [K]
-    float* dst = buf + r * Kp;  // [Kp]
+    const WT* src = w + (n0 + r) * K + c0;  // [n]
+    float* dst = buf + r * ldb;  // [ldb]
     int64_t k = 0;
-    for (; k + L <= K; k += L) hn::StoreU(LoadF32(df, src + k), df, dst + k);
-    if (k < K) hn::StoreU(LoadF32Tail(df, src + k, size_t(K - k)), df, dst + k);
+    for (; k + L <= n; k += L) hn::StoreU(LoadF32(df, src + k), df, dst + k);
+    if (k < n) hn::StoreU(LoadF32Tail(df, src + k, size_t(n - k)), df, dst + k);
   }
 }
 
@@ -462,7 +467,7 @@ HWY_NOINLINE void TiledRange(const detail::MatmulArgs& a, int64_t n0, int64_t n1
     ld = (K + L - 1) / L * L;
     thread_local std::vector<float> buf;  // [nb, ld], grows to the largest tile seen
     if (buf.size() < size_t(nb * ld)) buf.resize(size_t(nb * ld));
-    WidenRows(static_cast<const WT*>(a.w), K, ld, n0, nb, buf.data());
+    WidenCols(static_cast<const WT*>(a.w), K, n0, nb, 0, K, ld, buf.data());
     tile = buf.data();
   }
   // x rows t .. t + mt - 1 (mt <= kTileMR) against the tile's weight rows j0 .. nb - 1,
@@ -480,57 +485,21 @@ HWY_NOINLINE void TiledRange(const detail::MatmulArgs& a, int64_t n0, int64_t n1
     }
   };
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  // The 8 x 3 tile: its 8 x rows in one pass where they fit L1, else in packed K chunks
-  // (kChunkFloats) on tasks of kChunkedMinRows weight rows or more; blocks of up to 4 x rows
-  // (the last one) take the 4 x 4 tile, which computes fewer padding rows.
-  const int64_t groups = nb / 3;  // 3-row weight groups; the last nb % 3 rows: the 4-row tile
-  const bool one_pass = OnePass83(K);
-  if (one_pass || nb >= kChunkedMinRows) {
-    // Chunked: [8, kChunkFloats] packed x rows and [groups, 24, L] accumulators, 64-byte
-    // aligned, per thread (they grow to the largest tile seen).
-    float* xpack = nullptr;
-    float* accs = nullptr;
-    if (!one_pass) {
-      thread_local std::vector<float> xpack_buf, acc_buf;
-      const auto aligned = [](std::vector<float>& v, size_t n) {
-        if (v.size() < n + 16) v.resize(n + 16);
-        return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t(63));
-      };
-      xpack = aligned(xpack_buf, size_t(8 * kChunkFloats));
-      accs = aligned(acc_buf, size_t(groups * 24 * L));
-    }
+  // The 8 x 3 tile in one pass over K where its 8 x rows fit L1 (OnePass83; larger K on
+  // tasks of kChunkedMinRows rows run ChunkedRange); blocks of up to 4 x rows (the last one)
+  // take the 4 x 4 tile, which computes fewer padding rows.
+  if (OnePass83(K)) {
+    const int64_t groups = nb / 3;  // 3-row weight groups; the last nb % 3 rows: the 4-row tile
     int64_t t = 0;
     for (; t + 4 < a.T; t += 8) {
       const int64_t mt = std::min<int64_t>(8, a.T - t);
       const float* xr[8];
       XRows<8>(a, t, mt, xr);
-      if (one_pass) {
-        for (int64_t g = 0; g < groups; ++g) {
-          const float* wr[3] = {tile + 3 * g * ld, tile + (3 * g + 1) * ld, tile + (3 * g + 2) * ld};
-          float out[24];
-          DotTile83Part<true, true>(xr, wr, size_t(K), nullptr, out);
-          StoreTile<3>(out, mt, 3, a.bias, a.y, a.N, t, n0 + 3 * g);
-        }
-      } else {
-        const float* xp[8];  // the packed rows of the chunk
-        for (int i = 0; i < 8; ++i) xp[i] = xpack + i * kChunkFloats;
-        for (int64_t k0 = 0; k0 < K; k0 += kChunkFloats) {
-          const int64_t n = std::min(K - k0, kChunkFloats);
-          for (int i = 0; i < 8; ++i) std::copy(xr[i] + k0, xr[i] + k0 + n, xpack + i * kChunkFloats);
-          for (int64_t g = 0; g < groups; ++g) {
-            const float* wr[3] = {tile + 3 * g * ld + k0, tile + (3 * g + 1) * ld + k0, tile + (3 * g + 2) * ld + k0};
-            float* acc = accs + g * 24 * L;  // [24, L]
-            if (k0 == 0) {
-              DotTile83Part<true, false>(xp, wr, size_t(n), acc, nullptr);
-            } else if (k0 + n < K) {
-              DotTile83Part<false, false>(xp, wr, size_t(n), acc, nullptr);
-            } else {
-              float out[24];
-              DotTile83Part<false, true>(xp, wr, size_t(n), acc, out);
-              StoreTile<3>(out, mt, 3, a.bias, a.y, a.N, t, n0 + 3 * g);
-            }
-          }
-        }
+      for (int64_t g = 0; g < groups; ++g) {
+        const float* wr[3] = {tile + 3 * g * ld, tile + (3 * g + 1) * ld, tile + (3 * g + 2) * ld};
+        float out[24];
+        DotTile83Part<true, true>(xr, wr, size_t(K), nullptr, out);
+        StoreTile<3>(out, mt, 3, a.bias, a.y, a.N, t, n0 + 3 * g);
       }
       // The last 1 or 2 weight rows (tasks are multiples of 12 rows, so only at the end of N):
       // the 4-row tile on each half of the 8 x rows.
@@ -563,6 +532,104 @@ HWY_INLINE void DirectTile(const detail::MatmulArgs& a, int64_t t0, int64_t mt, 
   else DotTile<MR, kTileNR, WT>(xr, wr, size_t(K), acc);
   StoreTile<kTileNR>(acc, mt, mj, a.bias, a.y, a.N, t0, j0);
 }
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// x rows of a panel whose accumulators ChunkedRange keeps between column spans.
+constexpr int64_t kPanelRows = 512;
+
+// The prefill path from K = 1024 on (!OnePass83), for a task of kChunkedMinRows or more
+// weight rows [n0, n1): the 8 x 3 tile with the 8 x rows copied a K chunk (kChunkFloats) at a
+// time into one contiguous block, each 3-row group's 24 accumulators stored between chunks
+// (the header of kChunkFloats says why). The widened weight tile holds a span of S columns
+// of the task's rows (S: as many whole chunks as fit kChunkedTileBytes), so any K keeps it
+// in L2; where K needs more than one span, the accumulators of every 8-row block of a panel
+// of up to kPanelRows x rows are kept between spans. The bits are DotTile's (DotTile83Part).
+// nb is a multiple of 3 (MatmulRange sends only such tasks: the driver's are multiples of
+// 12). The last <= 4 x rows run DirectTile on the weights as stored (widened in registers,
+// the same arithmetic).
+template <typename WT>
+HWY_NOINLINE void ChunkedRange(const detail::MatmulArgs& a, int64_t n0, int64_t n1) {
+  const hn::ScalableTag<float> df;
+  const int64_t L = int64_t(hn::Lanes(df));
+  const int64_t K = a.K, nb = n1 - n0, groups = nb / 3;  // nb % 3 == 0
+  // Columns of one span: whole chunks, at least one.
+  const int64_t S =
+      std::max(kChunkFloats, kChunkedTileBytes / (nb * int64_t(sizeof(float))) / kChunkFloats * kChunkFloats);
+  const int64_t ldb = std::min(S, (K + L - 1) / L * L);  // the widened span's row stride
+  const bool spans = K > S;  // more than one span: accumulators kept per 8-row block
+  // x rows [0, t_end) go in 8-row blocks (the last may have 5-7), [t_end, T) (<= 4) to DirectTile.
+  int64_t t_end = 0;
+  while (t_end + 4 < a.T) t_end += 8;
+  t_end = std::min(t_end, a.T);
+  // Per thread, 64-byte aligned, grown to the largest call seen:
+  //   wbuf  [nb, ldb] float  the span of the weight rows, widened (16-bit weights only)
+  //   xpack [8, kChunkFloats] float  one chunk of an 8-row block
+  //   accs  [blocks, groups, 24, L] float  (blocks: a panel's 8-row blocks, or 1 without spans)
+  thread_local std::vector<float> tile_buf, xpack_buf, acc_buf;
+  const auto aligned = [](std::vector<float>& v, int64_t n) {
+    if (v.size() < size_t(n + 16)) v.resize(size_t(n + 16));
+    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t(63));
+  };
+  const int64_t blocks = spans ? (std::min(t_end, kPanelRows) + 7) / 8 : 1;
+  float* const xpack = aligned(xpack_buf, 8 * kChunkFloats);
+  float* const accs = aligned(acc_buf, blocks * groups * 24 * L);
+  float* const wbuf = std::is_same_v<WT, float> ? nullptr : aligned(tile_buf, nb * ldb);
+  const float* xp[8];  // the packed rows of a chunk
+  for (int i = 0; i < 8; ++i) xp[i] = xpack + i * kChunkFloats;
+
+  for (int64_t p0 = 0; p0 < t_end; p0 += kPanelRows) {
+    const int64_t p1 = std::min(t_end, p0 + kPanelRows);
+    for (int64_t ks = 0; ks < K; ks += S) {
+      const int64_t ke = std::min(K, ks + S);
+      // Row r of the span: tile + r * ld, its column k at (k - ks).
+      const float* tile;
+      int64_t ld;
+      if constexpr (std::is_same_v<WT, float>) {
+        tile = static_cast<const float*>(a.w) + n0 * K + ks;
+        ld = K;
+      } else {
+        WidenCols(static_cast<const WT*>(a.w), K, n0, nb, ks, ke, ldb, wbuf);
+        tile = wbuf;
+        ld = ldb;
+      }
+      for (int64_t t = p0; t < p1; t += 8) {
+        const int64_t mt = std::min<int64_t>(8, a.T - t);
+        const float* xr[8];
+        XRows<8>(a, t, mt, xr);
+        float* const acc_block = accs + (spans ? (t - p0) / 8 : 0) * groups * 24 * L;  // [groups, 24, L]
+        for (int64_t k0 = ks; k0 < ke; k0 += kChunkFloats) {
+          const int64_t n = std::min(ke - k0, kChunkFloats);
+          for (int i = 0; i < 8; ++i) std::copy(xr[i] + k0, xr[i] + k0 + n, xpack + i * kChunkFloats);
+          for (int64_t g = 0; g < groups; ++g) {
+            const float* w0 = tile + 3 * g * ld + (k0 - ks);
+            const float* wr[3] = {w0, w0 + ld, w0 + 2 * ld};
+            float* acc = acc_block + g * 24 * L;  // [24, L]
+            if (k0 == 0) {  // K > kChunkFloats: the first chunk is never the last
+              DotTile83Part<true, false>(xp, wr, size_t(n), acc, nullptr);
+            } else if (k0 + n < K) {
+              DotTile83Part<false, false>(xp, wr, size_t(n), acc, nullptr);
+            } else {
+              float out[24];
+              DotTile83Part<false, true>(xp, wr, size_t(n), acc, out);
+              StoreTile<3>(out, mt, 3, a.bias, a.y, a.N, t, n0 + 3 * g);
+            }
+          }
+        }
+      }
+    }
+  }
+  // The last 1-4 x rows [t_end, T) against the task's weight rows, 4 at a time.
+  for (int64_t j = n0; t_end < a.T && j < n1; j += kTileNR) {
+    const int64_t mj = std::min<int64_t>(kTileNR, n1 - j);
+    switch (a.T - t_end) {
+      case 1: DirectTile<1, WT>(a, t_end, 1, j, mj, nullptr); break;
+      case 2: DirectTile<2, WT>(a, t_end, 2, j, mj, nullptr); break;
+      case 3: DirectTile<3, WT>(a, t_end, 3, j, mj, nullptr); break;
+      default: DirectTile<kTileMR, WT>(a, t_end, kTileMR, j, mj, nullptr); break;
+    }
+  }
+}
+#endif  // AVX-512
 
 // Batched decode path for 16-bit weights (kFusedMaxRows < T <= kDirectMaxRows), weight rows
 // [n0, n1): kTileNR weight rows at a time against every x row, so each weight row is read
@@ -607,6 +674,10 @@ HWY_INLINE void MatmulRange(const detail::MatmulArgs& a, int64_t n0, int64_t n1)
   if constexpr (!std::is_same_v<WT, float>) {
     if (a.T > detail::kFusedMaxRows && a.T <= detail::kDirectMaxRows) return DirectRange<WT>(a, n0, n1);
   }
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (a.T > detail::kFusedMaxRows && !OnePass83(a.K) && n1 - n0 >= kChunkedMinRows && (n1 - n0) % 3 == 0)
+    return ChunkedRange<WT>(a, n0, n1);
+#endif
   if (a.T > detail::kFusedMaxRows) return TiledRange<WT>(a, n0, n1);
   switch (a.T) {
     case 1: return FusedRows<1, WT>(a, 0, 1, n0, n1);

@@ -85,6 +85,8 @@ TEST_P(CpuMatmul, OddSizesAgainstReference) {
     expect_close_to_reference(make_case(70, 130, 47, GetParam(), 105), true);
     expect_close_to_reference(make_case(70, 2051, 26, GetParam(), 106), true);
     expect_close_to_reference(make_case(70, 2051, 40, GetParam(), 107), true);
+    // K = 3077 on a task of 36 rows: two column spans of the widened tile (2560, 517).
+    expect_close_to_reference(make_case(70, 3077, 40, GetParam(), 108), false);
   });
 }
 
@@ -120,6 +122,28 @@ TEST_P(CpuMatmul, BatchAndSliceInvariant) {
       cpu::matmul(c.x.data(), T, slice, c.b.data() + n0, ys.data());
       for (int64_t t = 0; t < T; ++t)
         for (int64_t j = 0; j < ns; ++j) ASSERT_EQ(ys[size_t(t * ns + j)], y[size_t(t * N + n0 + j)]);
+    }
+  });
+}
+
+// AVX-512's chunked prefill path where K needs more than one column span of the widened
+// tile (K = 3077 on tasks of 36 rows: spans of 2560 and 517 columns) and T more than one
+// panel of 512 x rows (530: a panel of 512, one of 18 rows, 8-row blocks up to 528 and
+// the last 2 rows on the direct tile): the accumulators kept per 8-row block between spans
+// give the bits of a one-row call (the fused path) and of a 5-row one (the direct path).
+TEST_P(CpuMatmul, LongKSpansAndPanelsMatchRowCalls) {
+  testing::for_each_target([&] {
+    const int64_t T = 530, K = 3077, N = 40;
+    const Case c = make_case(T, K, N, GetParam(), 9);
+    std::vector<float> y(size_t(T * N));
+    cpu::matmul(c.x.data(), T, c.w.view(), c.b.data(), y.data());
+    for (int64_t t0 : {0, 7, 8, 255, 508, 511, 512, 519, 520, 525}) {
+      for (int64_t rows : {1, 5}) {
+        std::vector<float> yr(size_t(rows * N));
+        cpu::matmul(c.x.data() + t0 * K, rows, c.w.view(), c.b.data(), yr.data());
+        for (int64_t i = 0; i < rows * N; ++i)
+          ASSERT_EQ(yr[size_t(i)], y[size_t(t0 * N + i)]) << "t0=" << t0 << " rows=" << rows << " i=" << i;
+      }
     }
   });
 }
