@@ -600,7 +600,26 @@ HWY_NOINLINE void ChunkedRange(const detail::MatmulArgs& a, int64_t n0, int64_t 
         for (int64_t k0 = ks; k0 < ke; k0 += kChunkFloats) {
           const int64_t n = std::min(ke - k0, kChunkFloats);
           for (int i = 0; i < 8; ++i) std::copy(xr[i] + k0, xr[i] + k0 + n, xpack + i * kChunkFloats);
+          // Where K takes several spans (x rows of 11 MB and more at T = 512), the next chunk's
+          // x rows (this block's next chunk, else the next block's first in this span) are
+          // prefetched into L2, a slice of their lines per group while this chunk runs:
+          // K = 5632 N = 2048 120-147 -> 162-172 GFLOP/s (one thread, EPYC Zen 5, three
+          // alternating runs of `TINYLOOP_BENCH_PREFILL_SHAPES=ouro cpu_kernels_bench`); at
+          // K = 2048 (one span, 4 MB of x) it measured no faster (144-189 against 174-189).
+          const float* nx[8];
+          int64_t nn = 0;
+          if (spans && k0 + kChunkFloats < ke) {
+            for (int i = 0; i < 8; ++i) nx[i] = xr[i] + k0 + kChunkFloats;
+            nn = std::min(ke - k0 - kChunkFloats, kChunkFloats);
+          } else if (spans && t + 8 < p1) {
+            for (int i = 0; i < 8; ++i) nx[i] = a.x + std::min<int64_t>(t + 8 + i, a.T - 1) * K + ks;
+            nn = std::min(ke - ks, kChunkFloats);
+          }
+          const int64_t lines = (nn + 15) / 16, pf_total = 8 * lines;  // 64-byte lines of x
+          const int64_t pf_per_group = (pf_total + groups - 1) / groups;
           for (int64_t g = 0; g < groups; ++g) {
+            for (int64_t q = g * pf_per_group; q < std::min(pf_total, (g + 1) * pf_per_group); ++q)
+              __builtin_prefetch(nx[q / lines] + std::min((q % lines) * 16, nn - 1), 0, 2);
             const float* w0 = tile + 3 * g * ld + (k0 - ks);
             const float* wr[3] = {w0, w0 + ld, w0 + 2 * ld};
             float* acc = acc_block + g * 24 * L;  // [24, L]
