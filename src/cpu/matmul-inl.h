@@ -533,6 +533,19 @@ HWY_INLINE void DirectTile(const detail::MatmulArgs& a, int64_t t0, int64_t mt, 
   StoreTile<kTileNR>(acc, mt, mj, a.bias, a.y, a.N, t0, j0);
 }
 
+// DirectTile for x rows t0 .. t0 + mt - 1 with mt known only at run time (1 <= mt; more than
+// kTileMR is cut to kTileMR).
+template <typename WT>
+HWY_INLINE void DirectRows(const detail::MatmulArgs& a, int64_t t0, int64_t mt, int64_t j0, int64_t mj,
+                           const WT* const* pf) {
+  switch (std::min<int64_t>(kTileMR, mt)) {
+    case 1: return DirectTile<1, WT>(a, t0, 1, j0, mj, pf);
+    case 2: return DirectTile<2, WT>(a, t0, 2, j0, mj, pf);
+    case 3: return DirectTile<3, WT>(a, t0, 3, j0, mj, pf);
+    default: return DirectTile<kTileMR, WT>(a, t0, kTileMR, j0, mj, pf);
+  }
+}
+
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // x rows of a panel whose accumulators ChunkedRange keeps between column spans.
 constexpr int64_t kPanelRows = 512;
@@ -606,14 +619,15 @@ HWY_NOINLINE void ChunkedRange(const detail::MatmulArgs& a, int64_t n0, int64_t 
           // K = 5632 N = 2048 120-147 -> 162-172 GFLOP/s (one thread, EPYC Zen 5, three
           // alternating runs of `TINYLOOP_BENCH_PREFILL_SHAPES=ouro cpu_kernels_bench`); at
           // K = 2048 (one span, 4 MB of x) it measured no faster (144-189 against 174-189).
-          const float* nx[8];
+          const float* nx[8];  // the next chunk's 8 rows, nn floats each (0: none)
           int64_t nn = 0;
-          if (spans && k0 + kChunkFloats < ke) {
-            for (int i = 0; i < 8; ++i) nx[i] = xr[i] + k0 + kChunkFloats;
-            nn = std::min(ke - k0 - kChunkFloats, kChunkFloats);
-          } else if (spans && t + 8 < p1) {
-            for (int i = 0; i < 8; ++i) nx[i] = a.x + std::min<int64_t>(t + 8 + i, a.T - 1) * K + ks;
-            nn = std::min(ke - ks, kChunkFloats);
+          if (spans) {
+            const bool same_block = k0 + kChunkFloats < ke;
+            if (same_block || t + 8 < p1) {
+              const int64_t c0 = same_block ? k0 + kChunkFloats : ks;
+              for (int i = 0; i < 8; ++i) nx[i] = (same_block ? xr[i] : a.x + std::min(t + 8 + i, a.T - 1) * K) + c0;
+              nn = std::min(ke - c0, kChunkFloats);
+            }
           }
           const int64_t lines = (nn + 15) / 16, pf_total = 8 * lines;  // 64-byte lines of x
           const int64_t pf_per_group = (pf_total + groups - 1) / groups;
@@ -638,15 +652,8 @@ HWY_NOINLINE void ChunkedRange(const detail::MatmulArgs& a, int64_t n0, int64_t 
     }
   }
   // The last 1-4 x rows [t_end, T) against the task's weight rows, 4 at a time.
-  for (int64_t j = n0; t_end < a.T && j < n1; j += kTileNR) {
-    const int64_t mj = std::min<int64_t>(kTileNR, n1 - j);
-    switch (a.T - t_end) {
-      case 1: DirectTile<1, WT>(a, t_end, 1, j, mj, nullptr); break;
-      case 2: DirectTile<2, WT>(a, t_end, 2, j, mj, nullptr); break;
-      case 3: DirectTile<3, WT>(a, t_end, 3, j, mj, nullptr); break;
-      default: DirectTile<kTileMR, WT>(a, t_end, kTileMR, j, mj, nullptr); break;
-    }
-  }
+  for (int64_t j = n0; t_end < a.T && j < n1; j += kTileNR)
+    DirectRows<WT>(a, t_end, a.T - t_end, j, std::min<int64_t>(kTileNR, n1 - j), nullptr);
 }
 #endif  // AVX-512
 
@@ -675,15 +682,7 @@ HWY_NOINLINE void DirectRange(const detail::MatmulArgs& a, int64_t n0, int64_t n
     // The next group's rows, prefetched a line per row every 64 bytes of the first pass.
     const WT* pf[kTileNR];
     for (int q = 0; q < kTileNR; ++q) pf[q] = w + std::min<int64_t>(j + kTileNR + q, n1 - 1) * a.K;
-    for (int64_t t = 0; t < a.T; t += kTileMR) {
-      const WT* const* p = t == 0 ? pf : nullptr;
-      switch (std::min<int64_t>(kTileMR, a.T - t)) {
-        case 1: DirectTile<1, WT>(a, t, 1, j, mj, p); break;
-        case 2: DirectTile<2, WT>(a, t, 2, j, mj, p); break;
-        case 3: DirectTile<3, WT>(a, t, 3, j, mj, p); break;
-        default: DirectTile<kTileMR, WT>(a, t, kTileMR, j, mj, p); break;
-      }
-    }
+    for (int64_t t = 0; t < a.T; t += kTileMR) DirectRows<WT>(a, t, a.T - t, j, mj, t == 0 ? pf : nullptr);
   }
 }
 
