@@ -268,6 +268,55 @@ void decode_slots_case(int64_t ctx, int64_t slots, int reps, ops::KvDType dt = o
   }
 }
 
+// decode_slots_case's F16 head-major walk with 32-row blocks as a serving pool with extents
+// lays them out (model/kv_pool.h): E blocks of a slot side by side in one extent ([heads,
+// E * 32, hd]), so a head's runs of a slot are E * 4 KiB long; the extents in shuffled order.
+void decode_extents_case(int64_t ctx, int64_t slots, int reps, int64_t E) {
+  const int64_t B = 32, hd = 64, H = 768 / hd, row = H * hd, nb = (ctx + B - 1) / B;
+  const int64_t ne = (nb + E - 1) / E;  // extents a slot
+  const size_t ext_bytes = size_t(2 * E * B * row * 2);  // K then V, F16
+  HugeBytes arena = alloc_huge_pages(size_t(slots * ne) * ext_bytes);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  for (size_t i = 0; i < size_t(slots * ne) * ext_bytes / 2; ++i)
+    reinterpret_cast<uint16_t*>(arena.get())[i] = ops::f32_to_f16(d(rng));
+  std::vector<int64_t> order(size_t(slots * ne));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<ops::KvBlock> table(size_t(slots * nb));  // [slots, nb]
+  for (int64_t s = 0; s < slots; ++s)
+    for (int64_t j = 0; j < nb; ++j) {
+      uint8_t* e = arena.get() + size_t(order[size_t(s * ne + j / E)]) * ext_bytes;
+      uint8_t* k = e + (j % E) * B * hd * 2;
+      table[size_t(s * nb + j)] = {k, k + E * B * row * 2, nullptr, nullptr};
+    }
+  std::vector<float> q(size_t(H * hd)), out(q.size());
+  for (auto& e : q) e = d(rng);
+  const int64_t q_pos = ctx - 1, k_lo = 0;
+  std::vector<ops::KvView> views(static_cast<size_t>(slots));
+  for (int64_t s = 0; s < slots; ++s) {
+    ops::KvView& v = views[size_t(s)];
+    v.dtype = ops::KvDType::F16;
+    v.capacity = nb * B;
+    v.n_kv_heads = H;
+    v.head_dim = hd;
+    v.block_rows = B;
+    v.blocks = table.data() + s * nb;
+    v.head_major = true;
+    v.head_rows = E * B;
+  }
+  const double bytes = double(slots) * double(ctx) * double(row) * 2.0 * 2;
+  const auto [wall, cpu] = time_best(
+      [&] {
+        for (const auto& v : views) cpu::attention(q.data(), 1, H, v, &q_pos, &k_lo, out.data());
+      },
+      reps);
+  std::printf(
+      "decode attention %lld slots x %-5lld positions, F16 KV, hd %3lld,  32-row extents of %2lld %8.3f ms  %6.1f GB/s "
+      "KV  | per CPU-s: %6.1f GB/s\n",
+      (long long)slots, (long long)ctx, (long long)hd, (long long)E, wall * 1e3, bytes / wall / 1e9, bytes / cpu / 1e9);
+}
+
 }  // namespace
 
 int main() {
@@ -308,6 +357,10 @@ int main() {
     decode_slots_case(512, 2, 200, ops::KvDType::F16, 32, 128);  // head_dim 128: the generic path
     decode_slots_case(512, 2, 200, ops::KvDType::I8);
     for (int64_t ctx : {512, 2048, 4096, 8192}) decode_slots_case(ctx, 18, ctx <= 2048 ? 20 : 8);
+    for (int64_t ctx : {4096, 8192}) {  // a serving pool's layout: 32-row blocks, one extent, 512-row blocks
+      decode_extents_case(ctx, 18, 8, 16);
+      decode_slots_case(ctx, 18, 8, ops::KvDType::F16, 512);
+    }
     for (int64_t ctx : {2048, 4096, 8192}) decode_slots_case(ctx, 18, ctx <= 2048 ? 20 : 8, ops::KvDType::I8);
     return 0;
   }

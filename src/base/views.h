@@ -74,6 +74,10 @@ struct KvBlock {
 //     kv head over many positions, reads K and V as contiguous streams (the KV cache's
 //     blocks); otherwise a position's kv heads are consecutive, [unit rows, n_kv_heads,
 //     head_dim], the order a projection writes (scratch views, store-h rebuilds).
+//   head_rows (paged head-major only; 0: unit_rows()): rows from one kv head's run of a
+//     block to the next head's. A pool that lays E blocks out as one extent
+//     ([n_kv_heads, E * block_rows, head_dim], model/kv_pool.h) sets E * block_rows, so
+//     a head's runs in blocks next to each other in their extent are one stream.
 // The arithmetic of attention never depends on the addressing: a paged or head-major slot
 // gives exactly the bits of a contiguous position-major one holding the same rows.
 struct KvView {
@@ -88,6 +92,7 @@ struct KvView {
   int64_t block_rows = 0;  // paged: rows per block
   const KvBlock* blocks = nullptr;  // paged: [capacity / block_rows] block table
   bool head_major = false;  // the order inside a unit (above)
+  int64_t head_rows = 0;  // paged head-major: rows between two kv heads' runs (above), 0: unit_rows()
 
   // Rows per addressing unit: block_rows when paged, the whole ring otherwise.
   int64_t unit_rows() const { return blocks ? block_rows : capacity; }
@@ -104,7 +109,9 @@ struct KvView {
   // The (row, kv head) pair's index inside its unit (row: block_of's *row): its values start
   // at element index * head_dim of the unit's K / V, its I8 scale is element index of the
   // unit's scales.
-  int64_t index(int64_t row, int64_t g) const { return head_major ? g * unit_rows() + row : row * n_kv_heads + g; }
+  int64_t index(int64_t row, int64_t g) const {
+    return head_major ? g * (head_rows > 0 ? head_rows : unit_rows()) + row : row * n_kv_heads + g;
+  }
   // How far apart in index units two consecutive rows of one kv head are.
   int64_t row_step() const { return head_major ? 1 : n_kv_heads; }
 };

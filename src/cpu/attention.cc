@@ -97,7 +97,9 @@ HWY_INLINE hn::Vec<DF> LoadChunk(DF df, const KT* HWY_RESTRICT row, int64_t c, i
 }
 
 // A run of a window that lies in one block, seen from one kv head g: positions lo .. lo +
-// n - 1, rows r0 .. r0 + n - 1 of the block (a run never wraps its block). Row r of
+// n - 1, rows r0 .. r0 + n - 1 of the block (a run never wraps its block; blocks whose rows
+// of head g follow each other in memory, as a pool's extents place them, are one run and
+// one "block" here: SplitRange joins them). Row r of
 // head g starts at k + r * rs (v likewise) and its I8 scale is ks[r * ss]: rs = hd, ss = 1 in
 // a head-major block (each head's rows one contiguous stream), rs = n_kv * hd, ss = n_kv in
 // a position-major one (KvView::index).
@@ -114,7 +116,20 @@ struct Seg {
 };
 
 // Positions lo .. hi of slot kv, kv head g, as runs within one block each (a contiguous ring
-// is one block: split only where the ring wraps). seg is cleared first; empty when lo > hi.
+// is one block: split only where the ring wraps), runs that continue one another in memory
+// joined (a pool's extents, model/kv_pool.h: fewer, longer runs for the walk and its
+// prefetch; the arithmetic does not depend on the runs). seg is cleared first; empty when
+// lo > hi.
+// True when run b's rows of the head come right after run a's in memory (K, V and, INT8,
+// both scales), so a's rows r0 .. r0 + a.n + b.n - 1 are a's then b's.
+template <typename KT>
+HWY_INLINE bool Continues(const Seg<KT>& a, const Seg<KT>& b) {
+  const int64_t end = a.r0 + a.n;  // a's first row past the run
+  return a.rs == b.rs && a.ss == b.ss && a.k + end * a.rs == b.k + b.r0 * b.rs &&
+         a.v + end * a.rs == b.v + b.r0 * b.rs &&
+         (!a.ks || (b.ks && a.ks + end * a.ss == b.ks + b.r0 * b.ss && a.vs + end * a.ss == b.vs + b.r0 * b.ss));
+}
+
 template <typename KT>
 HWY_INLINE void SplitRange(const ops::KvView& kv, int64_t g, int64_t lo, int64_t hi, std::vector<Seg<KT>>& seg) {
   seg.clear();
@@ -124,8 +139,20 @@ HWY_INLINE void SplitRange(const ops::KvView& kv, int64_t g, int64_t lo, int64_t
     int64_t row;
     const ops::KvBlock b = kv.block_of(rp, &row);
     const int64_t n = std::min(hi - p + 1, unit - row);
-    seg.push_back({static_cast<const KT*>(b.k) + i0 * hd, static_cast<const KT*>(b.v) + i0 * hd,
-                   b.k_scale ? b.k_scale + i0 : nullptr, b.v_scale ? b.v_scale + i0 : nullptr, ss * hd, ss, row, p, n});
+    const Seg<KT> next{static_cast<const KT*>(b.k) + i0 * hd,
+                       static_cast<const KT*>(b.v) + i0 * hd,
+                       b.k_scale ? b.k_scale + i0 : nullptr,
+                       b.v_scale ? b.v_scale + i0 : nullptr,
+                       ss * hd,
+                       ss,
+                       row,
+                       p,
+                       n};
+    if (!seg.empty() && Continues(seg.back(), next)) {
+      seg.back().n += n;
+    } else {
+      seg.push_back(next);
+    }
     p += n;
     rp += n;
     if (rp == kv.capacity) rp = 0;

@@ -280,6 +280,7 @@ TEST(CpuAttentionInt8, HeadMajorBlocksBitIdenticalToContiguous) {
           const int64_t cap = 96, N = 90, row = n_heads * hd;
           I8Slot s(cap, n_kv, hd, N, seed += 2);
           const ops::testing::HeadMajorBlocks hm(s.view(), B);
+          const ops::testing::HeadMajorBlocks hx(s.view(), B, 4);  // extents: runs joined and not
           for (Queries qs :
                {causal_chunk(N - 1, 1, n_heads, hd, 0, seed + 1), causal_chunk(61, 1, n_heads, hd, 0, seed + 2),
                 causal_chunk(N - 1, 1, n_heads, hd, 37, seed + 3),
@@ -291,6 +292,12 @@ TEST(CpuAttentionInt8, HeadMajorBlocksBitIdenticalToContiguous) {
             for (size_t i = 0; i < want.size(); ++i)
               ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
                   << "hd=" << hd << " heads=" << n_heads << "/" << n_kv << " B=" << B << " T=" << T << " i=" << i;
+            std::fill(got.begin(), got.end(), NAN);
+            cpu::attention(qs.q.data(), T, n_heads, hx.view, qs.q_pos.data(), qs.k_lo.data(), got.data());
+            for (size_t i = 0; i < want.size(); ++i)
+              ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+                  << "extents: hd=" << hd << " heads=" << n_heads << "/" << n_kv << " B=" << B << " T=" << T
+                  << " i=" << i;
           }
         }
   });

@@ -246,7 +246,7 @@ TEST_P(CpuAttention, KeyBlocksAnyRowGroupingBitIdentical) {
           expect_close(s, n_heads, qs);
           std::vector<float> all(size_t(T * row), NAN);
           cpu::attention(qs.q.data(), T, n_heads, s.view(), qs.q_pos.data(), qs.k_lo.data(), all.data());
-          const ops::testing::HeadMajorBlocks paged(s.view(), 48);  // block ends not on key-block ends
+          const ops::testing::HeadMajorBlocks paged(s.view(), 48, 2);  // block ends not on key-block ends, extents
           for (int64_t chunk : {1, 16, 17, 40}) {
             std::vector<float> parts(all.size(), NAN);
             for (int64_t t0 = 0; t0 < T; t0 += chunk) {
@@ -290,6 +290,8 @@ TEST_P(CpuAttention, PagedBitIdenticalToContiguous) {
           paged.blocks = table.data();
           const ops::testing::HeadMajorBlocks hm(whole.view(), B);  // the same rows in head-major blocks
           const ops::KvView& paged_hm = hm.view;
+          // And in extents of 3 blocks, some neighbours joined into one run, some not.
+          const ops::testing::HeadMajorBlocks hx(whole.view(), B, 3);
           for (int64_t window : {0, 5}) {
             const Queries qs = causal_chunk(30, 7, n_heads, hd, window, seed + 1);
             const int64_t T = qs.T();
@@ -304,6 +306,11 @@ TEST_P(CpuAttention, PagedBitIdenticalToContiguous) {
             for (size_t i = 0; i < one.size(); ++i)
               ASSERT_EQ(std::bit_cast<uint32_t>(one[i]), std::bit_cast<uint32_t>(two[i]))
                   << "head-major: hd=" << hd << " B=" << B << " window=" << window << " i=" << i;
+            std::fill(two.begin(), two.end(), NAN);
+            cpu::attention(qs.q.data(), T, n_heads, hx.view, qs.q_pos.data(), qs.k_lo.data(), two.data());
+            for (size_t i = 0; i < one.size(); ++i)
+              ASSERT_EQ(std::bit_cast<uint32_t>(one[i]), std::bit_cast<uint32_t>(two[i]))
+                  << "extents: hd=" << hd << " B=" << B << " window=" << window << " i=" << i;
             // The same rows split into two groups of one batched call, one contiguous, one paged.
             const int64_t h = T / 2, w = n_heads * hd;
             const ops::KvRowGroup groups[3] = {

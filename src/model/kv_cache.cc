@@ -19,10 +19,13 @@ KvCache::KvCache(const ModelConfig& c, int64_t loops, int64_t capacity, int64_t 
       // no window arithmetic (p - window + 1 - kWindowSlack) can wrap for cache_window = 2^63 - 1.
       window_(std::min<int64_t>(window, int64_t(1) << 40)),
       extra_slots_(extra_slots),
+      // A shared pool's blocks may be laid out in extents (kv_pool.h): the cache's layout
+      // takes its extent, so that the check below compares everything else.
       block_(c, dtype,
              block_rows > 0 ? block_rows
              : pool         ? pool->layout().rows
-                            : std::clamp<int64_t>(capacity, 1, kDefaultBlockRows)),
+                            : std::clamp<int64_t>(capacity, 1, kDefaultBlockRows),
+             pool ? pool->layout().extent : 1),
       tracker_(tracker),
       pool_(std::move(pool)) {
   draw_.seed = c.init_state_seed;
@@ -121,9 +124,12 @@ void KvCache::release_all() {
 void KvCache::make_writable(int64_t s, int64_t b) {
   Ref& r = refs_[size_t(s * n_blocks_ + b)];
   if (r.id >= 0 && !r.pool->shared(r.id)) return;
-  const int32_t id = pool_->allocate();
+  // The slot's previous block, if this pool holds it: the pool places this one beside it
+  // where it can (KvPool::allocate), so a kv head's rows stay one stream across them.
+  const Ref& prev = b > 0 ? refs_[size_t(s * n_blocks_ + b - 1)] : Ref{};
+  const int32_t id = pool_->allocate(prev.pool == pool_.get() ? prev.id : -1);
   if (r.id >= 0) {  // shared: this holder gets its own copy
-    std::memcpy(pool_->data(id), r.pool->data(r.id), size_t(block_.bytes));
+    block_.copy(pool_->block(id), r.pool->block(r.id));
     r.pool->release(r.id);
   }
   r = Ref{pool_.get(), id};
@@ -206,19 +212,23 @@ void KvCache::copy_row(int64_t src_slot, int64_t dst_slot, int64_t p) {
     return;
   }
   // K / V: each kv head's part of the row is its own run in the block's order (head-major,
-  // kv_pool.h): values at index * head_dim, I8 scales at index (ops::KvView::index).
+  // kv_pool.h): values at index * head_dim of the block's K / V, I8 scales at index of its
+  // scales (ops::KvView::index).
   const ops::KvView kv = view(dst_slot);
+  const ops::KvBlock& sb = table_[size_t(src_slot * n_blocks_ + b)];
+  const ops::KvBlock& db = table_[size_t(dst_slot * n_blocks_ + b)];
   const int64_t hd_bytes = block_.row_bytes / block_.n_kv_heads;
-  for (int64_t a = 0; a < 2; ++a)
-    for (int64_t g = 0; g < block_.n_kv_heads; ++g) {
-      const int64_t i = kv.index(row, g);  // (row, kv head)
-      const int64_t v = a * block_.v_off + i * hd_bytes;
-      std::memcpy(dst + v, src + v, size_t(hd_bytes));
-      if (block_.row_scales > 0) {
-        const int64_t sc = (a == 0 ? block_.ks_off : block_.vs_off) + i * int64_t(sizeof(float));
-        std::memcpy(dst + sc, src + sc, sizeof(float));
-      }
+  for (int64_t g = 0; g < block_.n_kv_heads; ++g) {
+    const int64_t i = kv.index(row, g);  // (row, kv head)
+    std::memcpy(static_cast<uint8_t*>(db.k) + i * hd_bytes, static_cast<const uint8_t*>(sb.k) + i * hd_bytes,
+                size_t(hd_bytes));
+    std::memcpy(static_cast<uint8_t*>(db.v) + i * hd_bytes, static_cast<const uint8_t*>(sb.v) + i * hd_bytes,
+                size_t(hd_bytes));
+    if (block_.row_scales > 0) {
+      db.k_scale[i] = sb.k_scale[i];
+      db.v_scale[i] = sb.v_scale[i];
     }
+  }
 }
 
 std::unique_ptr<KvCache> KvCache::clone(KvPoolPtr pool, int64_t capacity) const {
@@ -345,6 +355,7 @@ ops::KvView KvCache::view(int64_t slot) const {
   v.block_rows = block_.rows;
   v.blocks = table_.data() + slot * n_blocks_;
   v.head_major = true;  // kv_pool.h: each kv head's rows of a block are one stream
+  v.head_rows = block_.head_rows();  // block_rows, or an extent's rows
   return v;
 }
 

@@ -10,6 +10,7 @@
 // grows by each forward's blocks and has its next arena faulted in ahead on a helper thread
 // (grow_ahead_to). Either way a block's address never changes while it is held.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -51,30 +52,53 @@ inline int64_t private_block_rows(int64_t prompt_len, int64_t window) {
   return prompt_len >= kLongPromptRows && window == 0 ? kLongBlockRows : 0;
 }
 
+// Blocks per extent of a serving pool (EngineOptions::kv_block_size rows each): as many as
+// make kExtentRows positions, so that a kv head's runs in a sequence's consecutive blocks
+// of one slot make runs of up to 64 KiB (F16, head_dim 64) where the pool could place the
+// blocks side by side (KvPool::allocate's `after`). Why: decode attention reads each kv
+// head's rows of a slot in block-table order, and one core reads scattered 4 KiB runs (32
+// F16 rows of head_dim 64) at 20-23 GB/s, 64 KiB runs at 30-32 (EPYC Zen 5,
+// docs/benchmarks.md History "Decode attention: what bounds the K/V walk").
+inline constexpr int64_t kExtentRows = 512;
+inline int64_t serving_extent_blocks(int64_t block_rows) { return std::max<int64_t>(1, kExtentRows / block_rows); }
+
 // The bytes of one block: `rows` positions of one slot in `dtype`.
 //   K / V modes: K [n_kv_heads, rows, head_dim] | V [same] | (I8) K scales [n_kv_heads, rows]
 //                | V scales [same]  (head-major, ops::KvView::head_major: attention walks one
 //                kv head over many positions, so each head's rows are one contiguous stream)
 //   store-h:     h [rows, h_row_bytes] | (H8 / H4) scales [rows, h_row_scales]
 // Every part starts 64-byte aligned.
+// With extent E > 1 (K / V modes), E blocks side by side are laid out as one extent of E
+// times the bytes, each part of it E times the block's part, the rows of all E blocks
+// head-major: K [n_kv_heads, E * rows, head_dim] | V [same] | (I8) K scales [n_kv_heads,
+// E * rows] | V scales [same]. Block i of the extent is rows i * rows .. (i + 1) * rows - 1
+// of every head (ops::KvView::head_rows = E * rows), so a head's runs of blocks i and i + 1
+// are one stream. E = 1 is the plain block above.
 struct KvBlockLayout {
   ops::KvDType dtype = ops::KvDType::F16;
   int64_t rows = 0, n_kv_heads = 0, head_dim = 0, dim = 0;
   int64_t row_bytes = 0;  // one position's K (or V, or h) values
   int64_t areas = 2;  // 2: K and V; 1: store-h (h only)
   int64_t row_scales = 0;  // float scales per row per area (I8: n_kv_heads; H8: 1; H4: groups)
-  int64_t v_off = 0, ks_off = 0, vs_off = 0;  // byte offsets of V, K scales, V scales
-  int64_t bytes = 0;  // the whole block, a multiple of 64
+  int64_t v_off = 0, ks_off = 0, vs_off = 0;  // byte offsets of V, K scales, V scales (E = 1)
+  int64_t bytes = 0;  // the whole block, a multiple of 64 (an extent: extent * bytes)
+  int64_t extent = 1;  // blocks per extent (store-h: 1)
 
   KvBlockLayout() = default;
-  // Throws std::invalid_argument for rows < 1 or a size that overflows.
-  KvBlockLayout(const ModelConfig& c, ops::KvDType dtype, int64_t rows);
+  // Throws std::invalid_argument for rows < 1, extent < 1 or a size that overflows.
+  KvBlockLayout(const ModelConfig& c, ops::KvDType dtype, int64_t rows, int64_t extent = 1);
   // Bytes one position takes in one slot (values + scales, no padding).
   int64_t bytes_per_position() const;
-  // The block whose first byte is `base`, as attention and kv_write address it.
-  ops::KvBlock at(uint8_t* base) const;
+  // Block i (< extent) of the extent whose first byte is `base`, as attention and kv_write
+  // address it.
+  ops::KvBlock at(uint8_t* base, int64_t i = 0) const;
+  // Rows from one kv head's run to the next head's (ops::KvView::head_rows).
+  int64_t head_rows() const { return extent * rows; }
+  // Copies block src's rows (values and scales) into block dst, both of this layout.
+  void copy(const ops::KvBlock& dst, const ops::KvBlock& src) const;
   bool operator==(const KvBlockLayout& o) const {
-    return dtype == o.dtype && rows == o.rows && n_kv_heads == o.n_kv_heads && head_dim == o.head_dim && dim == o.dim;
+    return dtype == o.dtype && rows == o.rows && n_kv_heads == o.n_kv_heads && head_dim == o.head_dim && dim == o.dim &&
+           extent == o.extent;
   }
 };
 
@@ -89,14 +113,20 @@ class KvPool {
  public:
   // max_blocks > 0: a budget; allocate() throws KvPoolExhausted past it. 0: no bound, arenas
   // are added on demand. initial_blocks are allocated now (the budget's pool allocates all of
-  // them at start, so serving never allocates). Arena bytes are reported to `tracker`.
+  // them at start, so serving never allocates). Arena bytes are reported to `tracker`. With
+  // the layout's extent E > 1 every arena holds whole extents: block counts are rounded up
+  // to multiples of E, a budget down (to at least E).
   KvPool(const KvBlockLayout& layout, int64_t max_blocks, int64_t initial_blocks, MemoryTracker* tracker);
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
 
   const KvBlockLayout& layout() const { return layout_; }
   // A free block with one reference. Throws KvPoolExhausted when the budget is used up.
-  int32_t allocate();
+  // after: the block this one follows in its slot (-1: none). With extents (E > 1) the pick
+  // keeps a slot's blocks side by side: block after + 1 when it is free and in after's
+  // extent, else the first block of a wholly free extent (the rest of it left for this
+  // slot's next blocks), else any free block (the most recently freed).
+  int32_t allocate(int32_t after = -1);
   // True when n more blocks can be allocated now.
   bool can_allocate(int64_t n) const;
   void retain(int32_t id);
@@ -104,9 +134,9 @@ class KvPool {
   void release(int32_t id);
   // More than one holder: a writer must copy it first.
   bool shared(int32_t id) const;
-  // The block's first byte (fixed while it is held), and the block as kv_write addresses it.
-  uint8_t* data(int32_t id) const;
-  ops::KvBlock block(int32_t id) const { return layout_.at(data(id)); }
+  // The block as kv_write addresses it, and its K part's first byte (fixed while it is held).
+  ops::KvBlock block(int32_t id) const;
+  uint8_t* data(int32_t id) const { return static_cast<uint8_t*>(block(id).k); }
 
   // Unbounded pools (max_blocks 0, a standalone cache's private pool) only. Grows the pool
   // now, in one arena, until n blocks are free (a prompt's blocks before its forward).
@@ -128,15 +158,26 @@ class KvPool {
   void attach(HugeBytes arena, int64_t n);  // adds an allocated arena of n blocks (mu_ held)
   void take_pending();  // waits for the helper's arena and attaches it (mu_ held)
   void maybe_grow_ahead();  // starts the helper when the pool runs low (mu_ held)
+  int64_t whole_extents(int64_t n) const;  // n blocks rounded up to whole extents
+  int32_t pick(int32_t after);  // a free block for allocate (one is free; mu_ held)
+  void take(int32_t id);  // marks free block id held once (mu_ held)
   KvBlockLayout layout_;
   int64_t max_blocks_;
   MemoryTracker* tracker_;
   mutable std::mutex mu_;
   std::vector<HugeBytes> arenas_;
   std::vector<TrackedBytes> tracked_;
-  std::vector<uint8_t*> base_;  // [blocks] first byte of each block
+  std::vector<uint8_t*> base_;  // [blocks] first byte of each block's extent (E = 1: the block's)
   std::vector<int32_t> refs_;  // [blocks] holders, 0 = free
-  std::vector<int32_t> free_;  // ids of free blocks (a stack: recently freed reused first)
+  // Ids of free blocks, a stack (recently freed reused first). An id taken by allocate's
+  // `after` or extent pick stays listed until it reaches the top (then it is skipped), so
+  // that pick is O(1); listed_ keeps each id listed at most once.
+  std::vector<int32_t> free_;
+  std::vector<uint8_t> listed_;  // [blocks] 1: in free_
+  // With extents: free blocks per extent, and a stack of extents that were wholly free when
+  // listed (checked when taken; ext_listed_ keeps each listed at most once).
+  std::vector<int32_t> ext_free_, free_ext_;
+  std::vector<uint8_t> ext_listed_;
   int64_t used_ = 0;
   int64_t ahead_limit_ = 0;  // grow_ahead_to's limit in blocks, 0: off
   std::future<HugeBytes> pending_;  // the helper's arena of pending_n_ blocks, if one is on the way

@@ -53,28 +53,36 @@ inline std::vector<uint8_t> position_bytes(const KvView& v, int64_t p) {
 // The rows (and I8 scales) of a contiguous position-major slot, all `capacity` of them,
 // copied into head-major blocks of B rows ([n_kv, B, head_dim] values, [n_kv, B] scales:
 // the KV cache's order, model/kv_pool.h); `view` reads them (B must divide capacity).
+// E > 1: the blocks lie in extents of E ([n_kv, E * B, head_dim], KvView::head_rows), the
+// table in extent order in even extents (a head's runs of neighbouring table entries follow
+// each other in memory: attention joins them) and pairs within odd ones swapped (they do not).
 struct HeadMajorBlocks {
   std::vector<uint8_t> k, v;  // the blocks, back to back
   std::vector<float> ks, vs;  // their scales (I8 only)
   std::vector<KvBlock> table;
   KvView view;
-  HeadMajorBlocks(const KvView& src, int64_t B) {
+  HeadMajorBlocks(const KvView& src, int64_t B, int64_t E = 1) {
     const int64_t elem = src.dtype == KvDType::F32 ? 4 : src.dtype == KvDType::F16 ? 2 : 1;
-    const int64_t n_kv = src.n_kv_heads, hb = src.head_dim * elem, cap = src.capacity;
+    const int64_t n_kv = src.n_kv_heads, hb = src.head_dim * elem, cap = src.capacity, nb = cap / B;
+    const int64_t slots = (nb + E - 1) / E * E;  // whole extents
     const bool scaled = src.dtype == KvDType::I8;
-    k.resize(size_t(cap * n_kv * hb));
+    k.resize(size_t(slots * B * n_kv * hb));
     v.resize(k.size());
-    ks.resize(scaled ? size_t(cap * n_kv) : 0);
+    ks.resize(scaled ? size_t(slots * B * n_kv) : 0);
     vs.resize(ks.size());
-    for (int64_t b = 0; b < cap / B; ++b)
-      table.push_back({k.data() + b * B * n_kv * hb, v.data() + b * B * n_kv * hb,
-                       scaled ? ks.data() + b * B * n_kv : nullptr, scaled ? vs.data() + b * B * n_kv : nullptr});
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t p = (b / E) % 2 == 1 && (b ^ 1) / E == b / E && (b ^ 1) < nb ? b ^ 1 : b;  // its place
+      const int64_t x = p / E * E * B * n_kv, i = p % E * B;  // its extent's first row, its row in it
+      table.push_back({k.data() + (x + i) * hb, v.data() + (x + i) * hb, scaled ? ks.data() + x + i : nullptr,
+                       scaled ? vs.data() + x + i : nullptr});
+    }
     view = src;
     view.k = view.v = nullptr;
     view.k_scale = view.v_scale = nullptr;
     view.block_rows = B;
     view.blocks = table.data();
     view.head_major = true;
+    view.head_rows = E * B;
     for (int64_t r = 0; r < cap; ++r)
       for (int64_t g = 0; g < n_kv; ++g) {
         const KvBlock& b = table[size_t(r / B)];

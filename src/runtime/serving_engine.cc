@@ -17,12 +17,18 @@ model::KvPoolPtr make_pool(const Engine& e, const ServingOptions& o) {
   if (o.kv_block_size < 1 || o.kv_block_size > 4096)
     throw std::invalid_argument("kv_block_size must be in [1, 4096], got " + std::to_string(o.kv_block_size));
   if (o.max_queue < 1) throw std::invalid_argument("max_queue must be >= 1, got " + std::to_string(o.max_queue));
-  const model::KvBlockLayout layout(e.config(), e.kv_dtype(), o.kv_block_size);
-  const double blocks = o.kv_budget_mb * double(1 << 20) / double(layout.bytes);
+  const model::KvBlockLayout block(e.config(), e.kv_dtype(), o.kv_block_size);
+  const double blocks = o.kv_budget_mb * double(1 << 20) / double(block.bytes);
   if (blocks < 1)
     throw std::invalid_argument("kv_budget_mb " + std::to_string(o.kv_budget_mb) + " holds no KV block (one block is " +
-                                std::to_string(layout.bytes) + " bytes)");
+                                std::to_string(block.bytes) + " bytes)");
   const int64_t n = static_cast<int64_t>(std::min(blocks, double(INT32_MAX)));
+  // Blocks in extents (kv_pool.h), so that a sequence's blocks of a slot sit side by side
+  // where the pool can place them: when the budget holds 8 extents or more (the pool then
+  // rounds it down to whole extents, under an eighth of it); a smaller pool keeps single
+  // blocks.
+  const int64_t extent = model::serving_extent_blocks(o.kv_block_size);
+  const model::KvBlockLayout layout(e.config(), e.kv_dtype(), o.kv_block_size, n >= 8 * extent ? extent : 1);
   return std::make_shared<model::KvPool>(layout, n, n, &e.model().memory());
 }
 
