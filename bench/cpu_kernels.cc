@@ -205,6 +205,36 @@ void attention_case(int64_t T, int64_t ctx, int reps) {
   }
 }
 
+// Best (wall, CPU) seconds of one decode query row (the last position, window from 0)
+// against `slots` paged slots of nb blocks of B rows each, the slots' block tables back to
+// back in `table` ([slots, nb]); head_rows: KvView::head_rows (0: B).
+std::pair<double, double> time_decode_slots(const std::vector<ops::KvBlock>& table, int64_t slots, int64_t nb,
+                                            int64_t B, int64_t H, int64_t hd, ops::KvDType dt, bool head_major,
+                                            int64_t head_rows, int reps) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  std::vector<float> q(size_t(H * hd)), out(q.size());  // [1, H, hd]
+  for (auto& e : q) e = d(rng);
+  const int64_t q_pos = nb * B - 1, k_lo = 0;
+  std::vector<ops::KvView> views(static_cast<size_t>(slots));
+  for (int64_t s = 0; s < slots; ++s) {
+    ops::KvView& v = views[size_t(s)];
+    v.dtype = dt;
+    v.capacity = nb * B;
+    v.n_kv_heads = H;
+    v.head_dim = hd;
+    v.block_rows = B;
+    v.blocks = table.data() + s * nb;
+    v.head_major = head_major;
+    v.head_rows = head_rows;
+  }
+  return time_best(
+      [&] {
+        for (const auto& v : views) cpu::attention(q.data(), 1, H, v, &q_pos, &k_lo, out.data());
+      },
+      reps);
+}
+
 // Long-context decode as the engine runs it: one query row against `slots` KV slots of `ctx`
 // positions each (the bench model at L = 8 has 18 layer applications, each with its own
 // slot), blocks of 32 rows on huge pages in shuffled order, position-major blocks ([rows,
@@ -238,28 +268,10 @@ void decode_slots_case(int64_t ctx, int64_t slots, int reps, ops::KvDType dt = o
     float* sc = scales.data() + size_t(order[i]) * size_t(2 * B * H);
     table[i] = {b, b + B * row * esz, i8 ? sc : nullptr, i8 ? sc + B * H : nullptr};
   }
-  std::vector<float> q(size_t(H * hd)), out(q.size());  // [1, H, hd]
-  for (auto& e : q) e = d(rng);
-  const int64_t q_pos = ctx - 1, k_lo = 0;
   // K + V bytes (I8: and their scales)
   const double bytes = double(slots) * double(ctx) * (double(row) * double(esz) + (i8 ? 4.0 * double(H) : 0.0)) * 2;
   for (bool hm : {false, true}) {
-    std::vector<ops::KvView> views(static_cast<size_t>(slots));
-    for (int64_t s = 0; s < slots; ++s) {
-      ops::KvView& v = views[size_t(s)];
-      v.dtype = dt;
-      v.capacity = nb * B;
-      v.n_kv_heads = H;
-      v.head_dim = hd;
-      v.block_rows = B;
-      v.blocks = table.data() + s * nb;
-      v.head_major = hm;
-    }
-    const auto [wall, cpu] = time_best(
-        [&] {
-          for (const auto& v : views) cpu::attention(q.data(), 1, H, v, &q_pos, &k_lo, out.data());
-        },
-        reps);
+    const auto [wall, cpu] = time_decode_slots(table, slots, nb, B, H, hd, dt, hm, 0, reps);
     std::printf(
         "decode attention %lld slots x %-5lld positions, %s KV, hd %3lld, %3lld-row %-13s %8.3f ms  %6.1f GB/s KV"
         "  | per CPU-s: %6.1f GB/s\n",
@@ -290,27 +302,8 @@ void decode_extents_case(int64_t ctx, int64_t slots, int reps, int64_t E) {
       uint8_t* k = e + (j % E) * B * hd * 2;
       table[size_t(s * nb + j)] = {k, k + E * B * row * 2, nullptr, nullptr};
     }
-  std::vector<float> q(size_t(H * hd)), out(q.size());
-  for (auto& e : q) e = d(rng);
-  const int64_t q_pos = ctx - 1, k_lo = 0;
-  std::vector<ops::KvView> views(static_cast<size_t>(slots));
-  for (int64_t s = 0; s < slots; ++s) {
-    ops::KvView& v = views[size_t(s)];
-    v.dtype = ops::KvDType::F16;
-    v.capacity = nb * B;
-    v.n_kv_heads = H;
-    v.head_dim = hd;
-    v.block_rows = B;
-    v.blocks = table.data() + s * nb;
-    v.head_major = true;
-    v.head_rows = E * B;
-  }
   const double bytes = double(slots) * double(ctx) * double(row) * 2.0 * 2;
-  const auto [wall, cpu] = time_best(
-      [&] {
-        for (const auto& v : views) cpu::attention(q.data(), 1, H, v, &q_pos, &k_lo, out.data());
-      },
-      reps);
+  const auto [wall, cpu] = time_decode_slots(table, slots, nb, B, H, hd, ops::KvDType::F16, true, E * B, reps);
   std::printf(
       "decode attention %lld slots x %-5lld positions, F16 KV, hd %3lld,  32-row extents of %2lld %8.3f ms  %6.1f GB/s "
       "KV  | per CPU-s: %6.1f GB/s\n",
