@@ -115,11 +115,6 @@ struct Seg {
   int64_t r0, lo, n;
 };
 
-// Positions lo .. hi of slot kv, kv head g, as runs within one block each (a contiguous ring
-// is one block: split only where the ring wraps), runs that continue one another in memory
-// joined (a pool's extents, model/kv_pool.h: fewer, longer runs for the walk and its
-// prefetch; the arithmetic does not depend on the runs). seg is cleared first; empty when
-// lo > hi.
 // True when run b's rows of the head come right after run a's in memory (K, V and, INT8,
 // both scales), so a's rows r0 .. r0 + a.n + b.n - 1 are a's then b's.
 template <typename KT>
@@ -130,6 +125,11 @@ HWY_INLINE bool Continues(const Seg<KT>& a, const Seg<KT>& b) {
          (!a.ks || (b.ks && a.ks + end * a.ss == b.ks + b.r0 * b.ss && a.vs + end * a.ss == b.vs + b.r0 * b.ss));
 }
 
+// Positions lo .. hi of slot kv, kv head g, as runs within one block each (a contiguous ring
+// is one block: split only where the ring wraps), runs that continue one another in memory
+// joined (a pool's extents, model/kv_pool.h: fewer, longer runs for the walk and its
+// prefetch; the arithmetic does not depend on the runs). seg is cleared first; empty when
+// lo > hi.
 template <typename KT>
 HWY_INLINE void SplitRange(const ops::KvView& kv, int64_t g, int64_t lo, int64_t hi, std::vector<Seg<KT>>& seg) {
   seg.clear();

@@ -71,7 +71,9 @@ TEST(KvExtent, BlocksOwnTheirBytes) {
         int64_t owned = 0;
         for (size_t i = 0; i < all.size(); ++i) {
           owned += all[i].second - all[i].first;
-          if (i > 0) EXPECT_LE(all[i - 1].second, all[i].first) << "dtype " << int(dt) << " E " << E;
+          if (i > 0) {
+            EXPECT_LE(all[i - 1].second, all[i].first) << "dtype " << int(dt) << " E " << E;
+          }
         }
         EXPECT_LE(all.back().second - all.front().first, pool.arena_bytes());
         EXPECT_EQ(owned, 2 * E * rows * l.bytes_per_position());
@@ -179,7 +181,9 @@ TEST(KvExtent, UnboundedPoolGrowsByWholeExtents) {
   EXPECT_EQ(pool.arena_bytes() % (5 * l.bytes), 0);
   for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(pool.data(ids[i]), addr[i]);
   for (size_t i = 1; i < ids.size(); ++i)  // one slot's blocks: neighbours within each extent
-    if (ids[i - 1] % 5 != 4) EXPECT_EQ(ids[i], ids[i - 1] + 1);
+    if (ids[i - 1] % 5 != 4) {
+      EXPECT_EQ(ids[i], ids[i - 1] + 1);
+    }
 }
 
 // Caches on one pool with extents: rows written through the cache read back at their

@@ -32,8 +32,8 @@ KvBlockLayout::KvBlockLayout(const ModelConfig& c, ops::KvDType dt, int64_t rows
   if (rows < 1) throw std::invalid_argument("kv_block_size must be >= 1, got " + std::to_string(rows));
   if (extent < 1 || extent > 4096)
     throw std::invalid_argument("KV blocks per extent must be in [1, 4096], got " + std::to_string(extent));
-  if (ops::is_store_h(dtype)) extent = 1;  // h rows are position-major: nothing to join
   if (ops::is_store_h(dtype)) {
+    extent = 1;  // h rows are position-major: nothing to join
     areas = 1;
     row_bytes = ops::h_row_bytes(dtype, dim);
     row_scales = ops::h_row_scales(dtype, dim);
@@ -62,8 +62,8 @@ int64_t KvBlockLayout::bytes_per_position() const { return areas * (row_bytes + 
 
 ops::KvBlock KvBlockLayout::at(uint8_t* base, int64_t i) const {
   // Each part of an extent is `extent` times the block's; block i starts i * rows rows into
-  // every head's run of it (the header's layout; E = 1: the block's parts).
-  const int64_t values = i * rows * (row_bytes / std::max<int64_t>(1, areas == 2 ? n_kv_heads : 1));
+  // every head's run of it (the header's layout; E = 1, and every store-h block: i = 0).
+  const int64_t values = areas == 2 ? i * rows * (row_bytes / n_kv_heads) : 0;
   const int64_t scales = i * rows * int64_t(sizeof(float));
   ops::KvBlock b;
   b.k = base + values;
@@ -101,7 +101,6 @@ KvPool::KvPool(const KvBlockLayout& layout, int64_t max_blocks, int64_t initial_
   if (max_blocks > INT32_MAX) throw std::invalid_argument("KV pool of more than 2^31 blocks");
   const int64_t E = layout_.extent;
   if (max_blocks > 0) max_blocks_ = std::max(E, max_blocks / E * E);  // whole extents
-  if (max_blocks_ > INT32_MAX) throw std::invalid_argument("KV pool of more than 2^31 blocks");
   if (max_blocks_ > 0 && initial_blocks > max_blocks_) initial_blocks = max_blocks_;
   std::lock_guard<std::mutex> lock(mu_);
   if (initial_blocks > 0) grow(initial_blocks);
@@ -136,9 +135,10 @@ void KvPool::attach(HugeBytes arena, int64_t n) {
   const int32_t first_ext = static_cast<int32_t>(ext_free_.size());
   for (int64_t e = 0; e < n / E; ++e) {
     ext_free_.push_back(static_cast<int32_t>(E));
-    ext_listed_.push_back(1);
+    ext_listed_.push_back(E > 1);
   }
-  for (int64_t e = n / E - 1; e >= 0; --e) free_ext_.push_back(first_ext + static_cast<int32_t>(e));
+  if (E > 1)  // single blocks never take the extent pick
+    for (int64_t e = n / E - 1; e >= 0; --e) free_ext_.push_back(first_ext + static_cast<int32_t>(e));
   arenas_.push_back(std::move(arena));
   tracked_.emplace_back(tracker_, n * layout_.bytes);
 }
@@ -271,7 +271,7 @@ void KvPool::release(int32_t id) {
       listed_[size_t(id)] = 1;
     }
     const int64_t e = id / layout_.extent;
-    if (++ext_free_[size_t(e)] == layout_.extent && !ext_listed_[size_t(e)]) {
+    if (++ext_free_[size_t(e)] == layout_.extent && layout_.extent > 1 && !ext_listed_[size_t(e)]) {
       free_ext_.push_back(static_cast<int32_t>(e));
       ext_listed_[size_t(e)] = 1;
     }

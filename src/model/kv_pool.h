@@ -174,8 +174,8 @@ class KvPool {
   // that pick is O(1); listed_ keeps each id listed at most once.
   std::vector<int32_t> free_;
   std::vector<uint8_t> listed_;  // [blocks] 1: in free_
-  // With extents: free blocks per extent, and a stack of extents that were wholly free when
-  // listed (checked when taken; ext_listed_ keeps each listed at most once).
+  // Free blocks per extent, and (E > 1 only) a stack of wholly free extents for pick
+  // (ext_listed_ keeps each listed at most once).
   std::vector<int32_t> ext_free_, free_ext_;
   std::vector<uint8_t> ext_listed_;
   int64_t used_ = 0;
